@@ -1,0 +1,156 @@
+//! The mass-failure brake (R5).
+//!
+//! When (nearly) every cluster fails at once, the likeliest explanation is that
+//! vigil itself is cut off, not that the whole fleet is down. The Kubernetes
+//! node lifecycle controller reasons the same way: when every zone is down it
+//! stops all evictions. While the brake holds, failures are not counted, so
+//! nothing goes OFFLINE and nothing cascades.
+//!
+//! [`evaluate`] is a pure function of the fleet's latest conclusive outcomes.
+//! It takes a grouping key so that a later version can brake per zone or per
+//! replica; today the engine uses one group for the whole fleet.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::Timestamp;
+
+/// Settings of the brake (`CLUSTER_HEALTH_MASS_FAILURE_*`, `CLUSTER_HEALTH_BRAKE`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct BrakeConfig {
+    /// Whether the brake may engage at all.
+    pub enabled: bool,
+    /// The fraction of the group's clusters that must have failed (0 < ratio ≤ 1).
+    pub ratio: f64,
+    /// The least number of failed clusters for the brake to engage.
+    pub min_failed: u32,
+    /// How far back an outcome still counts, in milliseconds.
+    pub window_millis: i64,
+}
+
+/// The latest conclusive outcome of one cluster, as the brake sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FleetSample<K> {
+    /// The group the cluster belongs to (the whole fleet today).
+    pub group: K,
+    /// Whether that outcome was a failure (`unhealthy`).
+    pub failed: bool,
+    /// When it was observed.
+    pub at: Timestamp,
+}
+
+/// The state of the brake for one group, as persisted and fed back in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BrakeVerdict {
+    /// The brake does not hold. `since` is when it last released, if ever:
+    /// failures counted before that instant no longer count.
+    Released {
+        /// When the brake last released.
+        since: Option<Timestamp>,
+    },
+    /// The brake holds since the given instant: failures are suppressed.
+    Holding {
+        /// When the brake engaged.
+        since: Timestamp,
+    },
+}
+
+impl BrakeVerdict {
+    /// A brake that never engaged.
+    pub const NEVER_ENGAGED: Self = Self::Released { since: None };
+
+    /// Whether the brake holds.
+    pub const fn holds(self) -> bool {
+        matches!(self, Self::Holding { .. })
+    }
+
+    /// When the brake last released, if it is released and ever held.
+    pub const fn released_at(self) -> Option<Timestamp> {
+        match self {
+            Self::Released { since } => since,
+            Self::Holding { .. } => None,
+        }
+    }
+}
+
+/// Counts behind a verdict, for `/readyz`, metrics and events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrakeAssessment {
+    /// The verdict after this evaluation.
+    pub verdict: BrakeVerdict,
+    /// Clusters of the group with a conclusive outcome inside the window.
+    pub considered: u32,
+    /// How many of them failed.
+    pub failed: u32,
+}
+
+impl BrakeAssessment {
+    /// Whether this evaluation changed the verdict compared with `previous`.
+    pub fn changed_from(&self, previous: BrakeVerdict) -> bool {
+        self.verdict.holds() != previous.holds()
+    }
+}
+
+/// Evaluates the brake for every group that has samples or a previous verdict.
+///
+/// For each group, over the samples taken at or after `now - window`:
+/// the brake *engages* when at least `min_failed` clusters failed and they are
+/// at least `ratio` of the clusters considered. Once holding, it *releases*
+/// only on evidence that vigil can reach clusters again — the engage condition
+/// no longer holds **and** at least one cluster of the group answered inside
+/// the window. Outcomes merely ageing out of the window (vigil restarted after
+/// a long stop, say) therefore never release it by forgetting.
+///
+/// A disabled brake is always released; a group whose brake was holding when it
+/// was disabled is reported released at `now`.
+pub fn evaluate<K: Ord + Clone>(
+    samples: &[FleetSample<K>],
+    previous: &BTreeMap<K, BrakeVerdict>,
+    config: &BrakeConfig,
+    now: Timestamp,
+) -> BTreeMap<K, BrakeAssessment> {
+    let window_start = now.plus_millis(-config.window_millis.max(0));
+    let mut tallies: BTreeMap<K, (u32, u32)> = BTreeMap::new();
+    for key in previous.keys() {
+        tallies.entry(key.clone()).or_default();
+    }
+    for sample in samples.iter().filter(|s| s.at >= window_start) {
+        let (considered, failed) = tallies.entry(sample.group.clone()).or_default();
+        *considered += 1;
+        if sample.failed {
+            *failed += 1;
+        }
+    }
+
+    tallies
+        .into_iter()
+        .map(|(key, (considered, failed))| {
+            let before = previous
+                .get(&key)
+                .copied()
+                .unwrap_or(BrakeVerdict::NEVER_ENGAGED);
+            let mass_failure = config.enabled
+                && failed >= config.min_failed.max(1)
+                && f64::from(failed) >= config.ratio * f64::from(considered);
+            let answered = considered > failed;
+            let verdict = match before {
+                BrakeVerdict::Holding { .. } if !config.enabled => {
+                    BrakeVerdict::Released { since: Some(now) }
+                }
+                BrakeVerdict::Holding { .. } if mass_failure || !answered => before,
+                BrakeVerdict::Holding { .. } => BrakeVerdict::Released { since: Some(now) },
+                BrakeVerdict::Released { .. } if mass_failure => {
+                    BrakeVerdict::Holding { since: now }
+                }
+                BrakeVerdict::Released { .. } => before,
+            };
+            let assessment = BrakeAssessment {
+                verdict,
+                considered,
+                failed,
+            };
+            (key, assessment)
+        })
+        .collect()
+}

@@ -1,0 +1,1358 @@
+//! The store: every cluster, outage, app, deployment, event and the brake state,
+//! on SQLite through sqlx (runtime queries, no database needed at build time).
+//!
+//! Each probe result is applied in its own `BEGIN IMMEDIATE` transaction
+//! ([`Store::apply_probe`]), so one cluster's failure rolls back that cluster
+//! only (R3), and a process stopped mid-tick leaves every cluster either fully
+//! updated or untouched. Everything the rules need is persisted (R4).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::Serialize;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{FromRow, Sqlite, SqlitePool, Transaction};
+use vigil_decision::brake::{self, BrakeAssessment, FleetSample};
+use vigil_decision::{
+    AppId, AppStatus, AppView, BrakeConfig, BrakeVerdict, Cascade, ClusterHealth, ClusterId,
+    ClusterStatus, Condition, Decision, HealthEvent, HealthPolicy, NotCounted, OutageId,
+    PolicyOverrides, ProbeInput, ProbeOutcome, Timestamp, decide, set_probing_disabled,
+};
+
+/// The one brake group of the fleet (the brake function takes a grouping key so
+/// that a later version can brake per zone).
+const FLEET_GROUP: &str = "";
+
+/// Errors of the store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// `DATABASE_URL` is not a database vigil can use.
+    #[error("unsupported DATABASE_URL {url}: {reason}")]
+    UnsupportedUrl {
+        /// The URL, with any password redacted.
+        url: String,
+        /// Why it cannot be used.
+        reason: String,
+    },
+    /// The database could not be opened or migrated.
+    #[error("cannot open database {url}")]
+    Open {
+        /// The URL, with any password redacted.
+        url: String,
+        /// The cause.
+        #[source]
+        source: sqlx::Error,
+    },
+    /// The migrations could not be applied.
+    #[error("cannot migrate database {url}")]
+    Migrate {
+        /// The URL, with any password redacted.
+        url: String,
+        /// The cause.
+        #[source]
+        source: sqlx::migrate::MigrateError,
+    },
+    /// A query failed.
+    #[error("database error while {doing}")]
+    Query {
+        /// What the store was doing.
+        doing: &'static str,
+        /// The cause.
+        #[source]
+        source: sqlx::Error,
+    },
+    /// A stored value could not be read back.
+    #[error("stored {what} is invalid: {reason}")]
+    Corrupt {
+        /// Which value.
+        what: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// The named object does not exist.
+    #[error("{kind} `{name}` does not exist")]
+    NotFound {
+        /// `cluster` or `app`.
+        kind: &'static str,
+        /// Its name.
+        name: String,
+    },
+    /// An object with this name exists already.
+    #[error("{kind} `{name}` already exists")]
+    AlreadyExists {
+        /// `cluster` or `app`.
+        kind: &'static str,
+        /// Its name.
+        name: String,
+    },
+    /// The deployment guard (R6): the target cluster is OFFLINE.
+    #[error("cluster `{cluster}` is OFFLINE: deployments and reassignments to it are refused")]
+    ClusterOffline {
+        /// The cluster's name.
+        cluster: String,
+    },
+}
+
+fn query_error(doing: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
+    move |source| StoreError::Query { doing, source }
+}
+
+/// Where a cluster comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClusterSource {
+    /// Found by discovery in a kubeconfig.
+    Discovered,
+    /// Registered through the API.
+    Manual,
+}
+
+impl ClusterSource {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Discovered => "discovered",
+            Self::Manual => "manual",
+        }
+    }
+}
+
+/// A cluster as stored.
+#[derive(Debug, Clone, Serialize)]
+pub struct ClusterRecord {
+    /// Its id.
+    pub id: ClusterId,
+    /// Its unique name (the context name for discovered clusters).
+    pub name: String,
+    /// The API server address.
+    pub endpoint: String,
+    /// The reference to its credentials (DESIGN §3); a reference, never secret material.
+    pub kubeconfig_secret_ref: String,
+    /// Where it comes from.
+    pub source: ClusterSource,
+    /// Deleted through the API while discovered: kept so discovery skips it.
+    pub ignored: bool,
+    /// The plugin explicitly chosen for it, if any.
+    pub plugin: Option<String>,
+    /// Its policy overrides.
+    pub policy: PolicyOverrides,
+    /// Its health: status, conditions, counters and times.
+    pub health: ClusterHealth,
+    /// When it is due for its next probe.
+    pub next_due: Timestamp,
+    /// The label of the last outcome (`healthy`, `unhealthy`, …).
+    pub last_outcome: Option<String>,
+    /// The message of the last non-healthy outcome.
+    pub last_reason: Option<String>,
+    /// The reason class of the last non-healthy outcome.
+    pub last_reason_class: Option<String>,
+}
+
+#[derive(FromRow)]
+struct ClusterRow {
+    id: i64,
+    name: String,
+    endpoint: String,
+    kubeconfig_secret_ref: String,
+    source: String,
+    ignored: bool,
+    plugin: Option<String>,
+    policy: String,
+    status: String,
+    conditions: String,
+    consecutive_failures: i64,
+    consecutive_successes: i64,
+    consecutive_inconclusive: i64,
+    last_counted_failure: Option<i64>,
+    next_due: i64,
+    first_seen: i64,
+    last_probe: Option<i64>,
+    last_success: Option<i64>,
+    last_outcome: Option<String>,
+    last_reason: Option<String>,
+    last_reason_class: Option<String>,
+    open_outage_id: Option<i64>,
+}
+
+const CLUSTER_COLUMNS: &str = "id, name, endpoint, kubeconfig_secret_ref, source, ignored, plugin, \
+     policy, status, conditions, consecutive_failures, consecutive_successes, \
+     consecutive_inconclusive, last_counted_failure, next_due, first_seen, last_probe, \
+     last_success, last_outcome, last_reason, last_reason_class, open_outage_id";
+
+fn counter(value: i64) -> u32 {
+    u32::try_from(value.max(0)).unwrap_or(u32::MAX)
+}
+
+impl TryFrom<ClusterRow> for ClusterRecord {
+    type Error = StoreError;
+
+    fn try_from(row: ClusterRow) -> Result<Self, StoreError> {
+        let corrupt = |what: &'static str| move |e: &dyn std::fmt::Display| StoreError::Corrupt {
+            what,
+            reason: e.to_string(),
+        };
+        let status = ClusterStatus::from_str(&row.status).map_err(|e| corrupt("status")(&e))?;
+        let conditions: Vec<Condition> =
+            serde_json::from_str(&row.conditions).map_err(|e| corrupt("conditions")(&e))?;
+        let policy: PolicyOverrides =
+            serde_json::from_str(&row.policy).map_err(|e| corrupt("policy")(&e))?;
+        let source = match row.source.as_str() {
+            "manual" => ClusterSource::Manual,
+            _ => ClusterSource::Discovered,
+        };
+        Ok(Self {
+            id: ClusterId(row.id),
+            name: row.name,
+            endpoint: row.endpoint,
+            kubeconfig_secret_ref: row.kubeconfig_secret_ref,
+            source,
+            ignored: row.ignored,
+            plugin: row.plugin,
+            policy,
+            health: ClusterHealth {
+                status,
+                conditions,
+                consecutive_failures: counter(row.consecutive_failures),
+                consecutive_successes: counter(row.consecutive_successes),
+                consecutive_inconclusive: counter(row.consecutive_inconclusive),
+                last_counted_failure: row.last_counted_failure.map(Timestamp),
+                first_seen: Timestamp(row.first_seen),
+                last_probe: row.last_probe.map(Timestamp),
+                last_success: row.last_success.map(Timestamp),
+                open_outage: row.open_outage_id.map(OutageId),
+            },
+            next_due: Timestamp(row.next_due),
+            last_outcome: row.last_outcome,
+            last_reason: row.last_reason,
+            last_reason_class: row.last_reason_class,
+        })
+    }
+}
+
+/// An app as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AppRecord {
+    /// Its id.
+    pub id: AppId,
+    /// Its unique name.
+    pub name: String,
+    /// The cluster it is assigned to.
+    pub cluster: String,
+    /// Its status.
+    pub status: AppStatus,
+    /// The outage that degraded it, if this engine did.
+    pub degraded_by: Option<OutageId>,
+}
+
+#[derive(FromRow)]
+struct AppRow {
+    id: i64,
+    name: String,
+    cluster_id: i64,
+    cluster: String,
+    status: String,
+    degraded_by_outage: Option<i64>,
+}
+
+impl AppRow {
+    fn status(&self) -> Result<AppStatus, StoreError> {
+        AppStatus::from_str(&self.status).map_err(|e| StoreError::Corrupt {
+            what: "app status",
+            reason: e.to_string(),
+        })
+    }
+
+    fn view(&self) -> Result<AppView, StoreError> {
+        Ok(AppView {
+            id: AppId(self.id),
+            cluster: ClusterId(self.cluster_id),
+            status: self.status()?,
+            degraded_by: self.degraded_by_outage.map(OutageId),
+        })
+    }
+
+    fn record(self) -> Result<AppRecord, StoreError> {
+        Ok(AppRecord {
+            status: self.status()?,
+            id: AppId(self.id),
+            name: self.name,
+            cluster: self.cluster,
+            degraded_by: self.degraded_by_outage.map(OutageId),
+        })
+    }
+}
+
+const APP_SELECT: &str = "SELECT a.id, a.name, a.cluster_id, c.name AS cluster, a.status, \
+     a.degraded_by_outage FROM apps a JOIN clusters c ON c.id = a.cluster_id";
+
+/// One recorded event of the history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, FromRow)]
+pub struct EventRecord {
+    /// Its id, increasing.
+    pub id: i64,
+    /// When it happened.
+    pub at: i64,
+    /// The cluster concerned, if any.
+    pub cluster_name: Option<String>,
+    /// The outage concerned, if any.
+    pub outage_id: Option<i64>,
+    /// Its kind (`status-changed`, `apps-degraded`, `brake-engaged`, …).
+    pub kind: String,
+    /// Its details, as JSON.
+    pub detail: String,
+    /// Who caused it, for API mutations.
+    pub actor: Option<String>,
+}
+
+/// An outage as stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, FromRow)]
+pub struct OutageRecord {
+    /// Its id.
+    pub id: i64,
+    /// The cluster.
+    pub cluster_id: i64,
+    /// When ONLINE→OFFLINE was confirmed.
+    pub opened_at: i64,
+    /// When the cluster came back ONLINE.
+    pub closed_at: Option<i64>,
+}
+
+/// The persisted state of the brake for the fleet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct BrakeState {
+    /// The current verdict.
+    pub verdict: BrakeVerdict,
+    /// Failures suppressed while it held, in total.
+    pub suppressed: u64,
+}
+
+/// A cluster found by discovery, as the store upserts it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiscoveredClusterRow {
+    /// The context name.
+    pub name: String,
+    /// The API server address.
+    pub endpoint: String,
+    /// `PATH#CONTEXT`.
+    pub reference: String,
+}
+
+/// What an upsert of discovered clusters did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct UpsertSummary {
+    /// Newly inserted (UNKNOWN, due at once).
+    pub inserted: Vec<String>,
+    /// Endpoint or reference changed.
+    pub updated: Vec<String>,
+    /// Already known and unchanged.
+    pub unchanged: Vec<String>,
+    /// A manually registered cluster of the same name exists: left untouched.
+    pub kept_manual: Vec<String>,
+    /// Deleted through the API earlier: not re-added.
+    pub ignored: Vec<String>,
+}
+
+/// The settings under which probe results are applied.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ApplySettings {
+    /// The global policy defaults.
+    pub defaults: HealthPolicy,
+    /// The brake's settings.
+    pub brake: BrakeConfig,
+}
+
+/// What [`Store::apply_probe`] did.
+#[derive(Debug, Clone)]
+pub struct AppliedProbe {
+    /// The cluster's name.
+    pub cluster: String,
+    /// The decision that was persisted.
+    pub decision: Decision,
+    /// The outage opened by this probe, if any.
+    pub opened_outage: Option<OutageId>,
+    /// The brake's assessment, when this probe re-evaluated it.
+    pub brake: Option<BrakeAssessment>,
+    /// The brake's verdict before this probe.
+    pub brake_before: BrakeVerdict,
+}
+
+/// Handle on the database. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Store {
+    pool: SqlitePool,
+}
+
+/// `DATABASE_URL` with any password replaced by `***`, for messages and logs.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, path) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split(':').next().unwrap_or("");
+            if userinfo.contains(':') {
+                format!("{scheme}://{user}:***@{host}{path}")
+            } else {
+                url.to_owned()
+            }
+        }
+        None => url.to_owned(),
+    }
+}
+
+/// The SQLite file a `DATABASE_URL` names, if it names one.
+pub fn sqlite_path(url: &str) -> Result<Option<PathBuf>, StoreError> {
+    let unsupported = |reason: &str| StoreError::UnsupportedUrl {
+        url: redact_url(url),
+        reason: reason.to_owned(),
+    };
+    let Some(rest) = url.strip_prefix("sqlite:") else {
+        if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+            return Err(unsupported(
+                "PostgreSQL is not supported by this version; use a sqlite: URL",
+            ));
+        }
+        return Err(unsupported("expected a URL starting with sqlite:"));
+    };
+    let rest = rest.strip_prefix("//").unwrap_or(rest);
+    let path = rest.split('?').next().unwrap_or("");
+    if path.is_empty() || path == ":memory:" {
+        return Ok(None);
+    }
+    Ok(Some(PathBuf::from(path)))
+}
+
+impl Store {
+    /// Opens (creating if needed) the database at `url` and applies the
+    /// migrations. SQLite runs in WAL mode with a busy timeout, so readers never
+    /// block the writer and concurrent writers wait instead of failing.
+    pub async fn open(url: &str) -> Result<Self, StoreError> {
+        sqlite_path(url)?;
+        let options = SqliteConnectOptions::from_str(url)
+            .map_err(|source| StoreError::Open {
+                url: redact_url(url),
+                source,
+            })?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(Duration::from_secs(10))
+            .foreign_keys(true);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(8)
+            .acquire_timeout(Duration::from_secs(30))
+            .connect_with(options)
+            .await
+            .map_err(|source| StoreError::Open {
+                url: redact_url(url),
+                source,
+            })?;
+        sqlx::migrate!("./migrations")
+            .run(&pool)
+            .await
+            .map_err(|source| StoreError::Migrate {
+                url: redact_url(url),
+                source,
+            })?;
+        Ok(Self { pool })
+    }
+
+    /// Opens the SQLite file at `path`.
+    pub async fn open_path(path: &Path) -> Result<Self, StoreError> {
+        Self::open(&format!("sqlite://{}", path.display())).await
+    }
+
+    /// The underlying pool, for the few callers that need raw SQL (tests).
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    /// Closes the pool, waiting for connections to be returned.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    async fn begin_write(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
+        // A deferred BEGIN that reads and then writes cannot upgrade its lock
+        // when another connection committed in between; IMMEDIATE takes the
+        // write lock up front and lets the busy timeout do the waiting.
+        self.pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(query_error("beginning a transaction"))
+    }
+
+    /// Inserts newly discovered clusters as UNKNOWN (due at once) and updates the
+    /// endpoint and reference of known discovered clusters that changed. Never
+    /// deletes; never touches manual or ignored clusters (DESIGN §3).
+    pub async fn upsert_discovered(
+        &self,
+        clusters: &[DiscoveredClusterRow],
+        now: Timestamp,
+    ) -> Result<UpsertSummary, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let mut summary = UpsertSummary::default();
+        for cluster in clusters {
+            let existing: Option<(i64, String, bool, String, String)> = sqlx::query_as(
+                "SELECT id, source, ignored, endpoint, kubeconfig_secret_ref \
+                 FROM clusters WHERE name = ?",
+            )
+            .bind(&cluster.name)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(query_error("reading a discovered cluster"))?;
+            let name = cluster.name.clone();
+            match existing {
+                None => {
+                    let id: i64 = sqlx::query_scalar(
+                        "INSERT INTO clusters (name, endpoint, kubeconfig_secret_ref, source, \
+                         next_due, first_seen, updated_at) \
+                         VALUES (?, ?, ?, 'discovered', ?, ?, ?) RETURNING id",
+                    )
+                    .bind(&cluster.name)
+                    .bind(&cluster.endpoint)
+                    .bind(&cluster.reference)
+                    .bind(now.0)
+                    .bind(now.0)
+                    .bind(now.0)
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(query_error("inserting a discovered cluster"))?;
+                    insert_event(
+                        &mut tx,
+                        now,
+                        Some((id, &cluster.name)),
+                        None,
+                        "cluster-discovered",
+                        &serde_json::json!({ "endpoint": cluster.endpoint, "reference": cluster.reference }),
+                        None,
+                    )
+                    .await?;
+                    summary.inserted.push(name);
+                }
+                Some((_, source, _, _, _)) if source == ClusterSource::Manual.as_str() => {
+                    summary.kept_manual.push(name);
+                }
+                Some((_, _, true, _, _)) => summary.ignored.push(name),
+                Some((id, _, false, endpoint, reference))
+                    if endpoint != cluster.endpoint || reference != cluster.reference =>
+                {
+                    sqlx::query(
+                        "UPDATE clusters SET endpoint = ?, kubeconfig_secret_ref = ?, \
+                         updated_at = ? WHERE id = ?",
+                    )
+                    .bind(&cluster.endpoint)
+                    .bind(&cluster.reference)
+                    .bind(now.0)
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(query_error("updating a discovered cluster"))?;
+                    insert_event(
+                        &mut tx,
+                        now,
+                        Some((id, &cluster.name)),
+                        None,
+                        "cluster-rediscovered",
+                        &serde_json::json!({
+                            "endpoint": { "from": endpoint, "to": cluster.endpoint },
+                            "reference": { "from": reference, "to": cluster.reference },
+                        }),
+                        None,
+                    )
+                    .await?;
+                    summary.updated.push(name);
+                }
+                Some(_) => summary.unchanged.push(name),
+            }
+        }
+        tx.commit()
+            .await
+            .map_err(query_error("committing discovery"))?;
+        Ok(summary)
+    }
+
+    /// Registers a cluster by hand (source `manual`), UNKNOWN and due at once.
+    pub async fn register_cluster(
+        &self,
+        name: &str,
+        endpoint: &str,
+        reference: &str,
+        policy: &PolicyOverrides,
+        now: Timestamp,
+    ) -> Result<ClusterId, StoreError> {
+        let policy = serde_json::to_string(policy).map_err(|e| StoreError::Corrupt {
+            what: "policy",
+            reason: e.to_string(),
+        })?;
+        let mut tx = self.begin_write().await?;
+        let exists: Option<i64> = sqlx::query_scalar("SELECT id FROM clusters WHERE name = ?")
+            .bind(name)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(query_error("checking a cluster name"))?;
+        if exists.is_some() {
+            return Err(StoreError::AlreadyExists {
+                kind: "cluster",
+                name: name.to_owned(),
+            });
+        }
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO clusters (name, endpoint, kubeconfig_secret_ref, source, policy, \
+             next_due, first_seen, updated_at) VALUES (?, ?, ?, 'manual', ?, ?, ?, ?) RETURNING id",
+        )
+        .bind(name)
+        .bind(endpoint)
+        .bind(reference)
+        .bind(policy)
+        .bind(now.0)
+        .bind(now.0)
+        .bind(now.0)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(query_error("registering a cluster"))?;
+        insert_event(
+            &mut tx,
+            now,
+            Some((id, name)),
+            None,
+            "cluster-registered",
+            &serde_json::json!({ "endpoint": endpoint }),
+            None,
+        )
+        .await?;
+        tx.commit()
+            .await
+            .map_err(query_error("committing a registration"))?;
+        Ok(ClusterId(id))
+    }
+
+    /// Replaces a cluster's policy overrides.
+    pub async fn set_cluster_policy(
+        &self,
+        name: &str,
+        policy: &PolicyOverrides,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        let policy = serde_json::to_string(policy).map_err(|e| StoreError::Corrupt {
+            what: "policy",
+            reason: e.to_string(),
+        })?;
+        let done = sqlx::query("UPDATE clusters SET policy = ?, updated_at = ? WHERE name = ?")
+            .bind(policy)
+            .bind(now.0)
+            .bind(name)
+            .execute(&self.pool)
+            .await
+            .map_err(query_error("updating a cluster's policy"))?;
+        if done.rows_affected() == 0 {
+            return Err(not_found("cluster", name));
+        }
+        Ok(())
+    }
+
+    /// Every cluster, ignored ones included, by name.
+    pub async fn clusters(&self) -> Result<Vec<ClusterRecord>, StoreError> {
+        let sql = format!("SELECT {CLUSTER_COLUMNS} FROM clusters ORDER BY name");
+        let rows: Vec<ClusterRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(query_error("listing clusters"))?;
+        rows.into_iter().map(ClusterRecord::try_from).collect()
+    }
+
+    /// The cluster of the given name.
+    pub async fn cluster(&self, name: &str) -> Result<ClusterRecord, StoreError> {
+        let sql = format!("SELECT {CLUSTER_COLUMNS} FROM clusters WHERE name = ?");
+        let row: Option<ClusterRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(query_error("reading a cluster"))?;
+        row.ok_or_else(|| not_found("cluster", name))?.try_into()
+    }
+
+    /// Clusters due at `now` (not ignored), most overdue first, at most `limit`.
+    pub async fn due_clusters(
+        &self,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<ClusterRecord>, StoreError> {
+        let sql = format!(
+            "SELECT {CLUSTER_COLUMNS} FROM clusters WHERE ignored = 0 AND next_due <= ? \
+             ORDER BY next_due, id LIMIT ?"
+        );
+        let rows: Vec<ClusterRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .bind(now.0)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(query_error("listing due clusters"))?;
+        rows.into_iter().map(ClusterRecord::try_from).collect()
+    }
+
+    /// The earliest `next_due` among clusters that are probed, if any.
+    pub async fn next_due(&self) -> Result<Option<Timestamp>, StoreError> {
+        let next: Option<i64> =
+            sqlx::query_scalar("SELECT MIN(next_due) FROM clusters WHERE ignored = 0")
+                .fetch_one(&self.pool)
+                .await
+                .map_err(query_error("finding the next due cluster"))?;
+        Ok(next.map(Timestamp))
+    }
+
+    /// Applies one probe outcome to one cluster, in one transaction: brake
+    /// evaluation, the transition, the cascade on apps and outages, the events,
+    /// and the cluster's next due time. Returns `None` if the cluster is gone
+    /// or ignored since the probe started.
+    pub async fn apply_probe(
+        &self,
+        cluster: ClusterId,
+        outcome: &ProbeOutcome,
+        now: Timestamp,
+        next_due: Timestamp,
+        settings: &ApplySettings,
+    ) -> Result<Option<AppliedProbe>, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let Some(record) = cluster_in_tx(&mut tx, cluster).await? else {
+            return Ok(None);
+        };
+        if record.ignored {
+            return Ok(None);
+        }
+        let policy = settings.defaults.with_overrides(&record.policy);
+        let failed = match outcome {
+            ProbeOutcome::Unhealthy { .. } => true,
+            ProbeOutcome::CredentialsRejected { .. } => policy.count_auth_failures,
+            _ => false,
+        };
+
+        let brake_before = brake_state_in_tx(&mut tx).await?.verdict;
+        // Only a failure can engage the brake, and only a conclusive outcome can
+        // release it: skip the fleet scan for every other probe.
+        let assessment = if (failed && !brake_before.holds())
+            || (brake_before.holds() && outcome.is_conclusive())
+            || (brake_before.holds() && !settings.brake.enabled)
+        {
+            Some(evaluate_brake(&mut tx, cluster, failed, now, &settings.brake, brake_before).await?)
+        } else {
+            None
+        };
+        let brake_now = assessment.map_or(brake_before, |a| a.verdict);
+
+        let apps: Vec<AppRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "{APP_SELECT} WHERE a.cluster_id = ? ORDER BY a.id"
+        )))
+        .bind(cluster.0)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(query_error("reading a cluster's apps"))?;
+        let apps: Vec<AppView> = apps.iter().map(AppRow::view).collect::<Result<_, _>>()?;
+
+        let mut decision = decide(&ProbeInput {
+            cluster,
+            health: &record.health,
+            policy: &policy,
+            outcome,
+            now,
+            brake: brake_now,
+            apps: &apps,
+        });
+
+        if let Some(assessment) = assessment
+            && assessment.changed_from(brake_before)
+        {
+            let kind = if assessment.verdict.holds() {
+                "brake-engaged"
+            } else {
+                "brake-released"
+            };
+            insert_event(
+                &mut tx,
+                now,
+                None,
+                None,
+                kind,
+                &serde_json::json!({ "considered": assessment.considered, "failed": assessment.failed }),
+                None,
+            )
+            .await?;
+        }
+        if let Some(assessment) = assessment {
+            save_brake(&mut tx, assessment.verdict).await?;
+        }
+
+        let mut opened_outage = None;
+        match &decision.cascade {
+            Cascade::None => {}
+            Cascade::Degrade { apps } => {
+                let outage: i64 = sqlx::query_scalar(
+                    "INSERT INTO outages (cluster_id, opened_at) VALUES (?, ?) RETURNING id",
+                )
+                .bind(cluster.0)
+                .bind(now.0)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(query_error("opening an outage"))?;
+                sqlx::query(
+                    "UPDATE apps SET status = 'DEGRADED', degraded_by_outage = ?, updated_at = ? \
+                     WHERE cluster_id = ? AND status = 'DEPLOYED' \
+                     AND id IN (SELECT value FROM json_each(?))",
+                )
+                .bind(outage)
+                .bind(now.0)
+                .bind(cluster.0)
+                .bind(ids_json(apps))
+                .execute(&mut *tx)
+                .await
+                .map_err(query_error("degrading apps"))?;
+                decision.health.open_outage = Some(OutageId(outage));
+                opened_outage = Some(OutageId(outage));
+            }
+            Cascade::Restore { outage, apps } => {
+                sqlx::query("UPDATE outages SET closed_at = ? WHERE id = ?")
+                    .bind(now.0)
+                    .bind(outage.0)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(query_error("closing an outage"))?;
+                sqlx::query(
+                    "UPDATE apps SET status = 'DEPLOYED', degraded_by_outage = NULL, updated_at = ? \
+                     WHERE cluster_id = ? AND status = 'DEGRADED' AND degraded_by_outage = ? \
+                     AND id IN (SELECT value FROM json_each(?))",
+                )
+                .bind(now.0)
+                .bind(cluster.0)
+                .bind(outage.0)
+                .bind(ids_json(apps))
+                .execute(&mut *tx)
+                .await
+                .map_err(query_error("restoring apps"))?;
+            }
+        }
+
+        let outage_of_events = opened_outage.or(match &decision.cascade {
+            Cascade::Restore { outage, .. } => Some(*outage),
+            _ => None,
+        });
+        for event in &decision.events {
+            let (kind, detail) = event_parts(event);
+            insert_event(
+                &mut tx,
+                now,
+                Some((cluster.0, &record.name)),
+                outage_of_events,
+                &kind,
+                &detail,
+                None,
+            )
+            .await?;
+        }
+        let suppressed_by_brake = decision.events.iter().any(|e| {
+            matches!(
+                e,
+                HealthEvent::FailureNotCounted {
+                    why: NotCounted::Brake,
+                    ..
+                }
+            )
+        });
+        if suppressed_by_brake {
+            sqlx::query("UPDATE brake_state SET suppressed = suppressed + 1 WHERE group_key = ?")
+                .bind(FLEET_GROUP)
+                .execute(&mut *tx)
+                .await
+                .map_err(query_error("counting a suppressed failure"))?;
+        }
+
+        let conclusive = outcome
+            .is_conclusive()
+            .then_some(if failed { "failed" } else { "healthy" });
+        save_health(&mut tx, cluster, &decision.health, next_due, now).await?;
+        sqlx::query(
+            "UPDATE clusters SET last_outcome = ?, last_reason = ?, last_reason_class = ?, \
+             latest_conclusive = COALESCE(?, latest_conclusive), \
+             latest_conclusive_at = CASE WHEN ? IS NULL THEN latest_conclusive_at ELSE ? END \
+             WHERE id = ?",
+        )
+        .bind(outcome.label())
+        .bind(outcome.message())
+        .bind(outcome.class().map(|c| c.as_str()))
+        .bind(conclusive)
+        .bind(conclusive)
+        .bind(now.0)
+        .bind(cluster.0)
+        .execute(&mut *tx)
+        .await
+        .map_err(query_error("recording a probe outcome"))?;
+
+        tx.commit()
+            .await
+            .map_err(query_error("committing a probe result"))?;
+        Ok(Some(AppliedProbe {
+            cluster: record.name,
+            decision,
+            opened_outage,
+            brake: assessment,
+            brake_before,
+        }))
+    }
+
+    /// Records that a cluster's policy disables probing (or no longer does),
+    /// without probing it, and schedules its next look.
+    pub async fn apply_disabled(
+        &self,
+        cluster: ClusterId,
+        disabled: bool,
+        now: Timestamp,
+        next_due: Timestamp,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        let Some(record) = cluster_in_tx(&mut tx, cluster).await? else {
+            return Ok(());
+        };
+        let decision = set_probing_disabled(&record.health, disabled, now);
+        for event in &decision.events {
+            let (kind, detail) = event_parts(event);
+            insert_event(
+                &mut tx,
+                now,
+                Some((cluster.0, &record.name)),
+                None,
+                &kind,
+                &detail,
+                None,
+            )
+            .await?;
+        }
+        save_health(&mut tx, cluster, &decision.health, next_due, now).await?;
+        tx.commit()
+            .await
+            .map_err(query_error("committing a disabled cluster"))?;
+        Ok(())
+    }
+
+    /// The brake's persisted state.
+    pub async fn brake_state(&self) -> Result<BrakeState, StoreError> {
+        let mut conn = self
+            .pool
+            .acquire()
+            .await
+            .map_err(query_error("reading the brake"))?;
+        brake_state_in_tx(&mut conn).await
+    }
+
+    /// Registers an app on a cluster with the given status.
+    pub async fn register_app(
+        &self,
+        name: &str,
+        cluster: &str,
+        status: AppStatus,
+        now: Timestamp,
+    ) -> Result<AppId, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let cluster_id = cluster_id_by_name(&mut tx, cluster).await?.0;
+        let exists: Option<i64> = sqlx::query_scalar("SELECT id FROM apps WHERE name = ?")
+            .bind(name)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(query_error("checking an app name"))?;
+        if exists.is_some() {
+            return Err(StoreError::AlreadyExists {
+                kind: "app",
+                name: name.to_owned(),
+            });
+        }
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO apps (name, cluster_id, status, created_at, updated_at) \
+             VALUES (?, ?, ?, ?, ?) RETURNING id",
+        )
+        .bind(name)
+        .bind(cluster_id)
+        .bind(status.as_str())
+        .bind(now.0)
+        .bind(now.0)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(query_error("registering an app"))?;
+        tx.commit()
+            .await
+            .map_err(query_error("committing an app"))?;
+        Ok(AppId(id))
+    }
+
+    /// The app of the given name.
+    pub async fn app(&self, name: &str) -> Result<AppRecord, StoreError> {
+        let row: Option<AppRow> =
+            sqlx::query_as(sqlx::AssertSqlSafe(format!("{APP_SELECT} WHERE a.name = ?")))
+                .bind(name)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(query_error("reading an app"))?;
+        row.ok_or_else(|| not_found("app", name))?.record()
+    }
+
+    /// Every app, by name.
+    pub async fn apps(&self) -> Result<Vec<AppRecord>, StoreError> {
+        let rows: Vec<AppRow> =
+            sqlx::query_as(sqlx::AssertSqlSafe(format!("{APP_SELECT} ORDER BY a.name")))
+                .fetch_all(&self.pool)
+                .await
+                .map_err(query_error("listing apps"))?;
+        rows.into_iter().map(AppRow::record).collect()
+    }
+
+    /// The platform sets an app's status; this clears its degraded-by marker (R7).
+    pub async fn set_app_status(
+        &self,
+        name: &str,
+        status: AppStatus,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        let done = sqlx::query(
+            "UPDATE apps SET status = ?, degraded_by_outage = NULL, updated_at = ? WHERE name = ?",
+        )
+        .bind(status.as_str())
+        .bind(now.0)
+        .bind(name)
+        .execute(&self.pool)
+        .await
+        .map_err(query_error("setting an app's status"))?;
+        if done.rows_affected() == 0 {
+            return Err(not_found("app", name));
+        }
+        Ok(())
+    }
+
+    /// Reassigns an app to another cluster, refused while the target is OFFLINE
+    /// (R6, checked inside the writing transaction); clears the marker (R7).
+    pub async fn reassign_app(
+        &self,
+        name: &str,
+        cluster: &str,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        let target = guarded_cluster(&mut tx, cluster).await?;
+        let done = sqlx::query(
+            "UPDATE apps SET cluster_id = ?, degraded_by_outage = NULL, updated_at = ? WHERE name = ?",
+        )
+        .bind(target.0)
+        .bind(now.0)
+        .bind(name)
+        .execute(&mut *tx)
+        .await
+        .map_err(query_error("reassigning an app"))?;
+        if done.rows_affected() == 0 {
+            return Err(not_found("app", name));
+        }
+        tx.commit()
+            .await
+            .map_err(query_error("committing a reassignment"))?;
+        Ok(())
+    }
+
+    /// Records a deployment of an app on its cluster, refused while the cluster
+    /// is OFFLINE (R6, inside the transaction); sets DEPLOYED and clears the
+    /// marker (R7).
+    pub async fn record_deployment(
+        &self,
+        app: &str,
+        version: Option<&str>,
+        actor: Option<&str>,
+        now: Timestamp,
+    ) -> Result<i64, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let app_row: Option<(i64, String)> = sqlx::query_as(
+            "SELECT a.id, c.name FROM apps a JOIN clusters c ON c.id = a.cluster_id WHERE a.name = ?",
+        )
+        .bind(app)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(query_error("reading an app"))?;
+        let (app_id, cluster) = app_row.ok_or_else(|| not_found("app", app))?;
+        let cluster_id = guarded_cluster(&mut tx, &cluster).await?;
+        sqlx::query(
+            "UPDATE apps SET status = 'DEPLOYED', degraded_by_outage = NULL, updated_at = ? \
+             WHERE id = ?",
+        )
+        .bind(now.0)
+        .bind(app_id)
+        .execute(&mut *tx)
+        .await
+        .map_err(query_error("marking an app deployed"))?;
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO deployments (app_id, cluster_id, version, actor, created_at) \
+             VALUES (?, ?, ?, ?, ?) RETURNING id",
+        )
+        .bind(app_id)
+        .bind(cluster_id.0)
+        .bind(version)
+        .bind(actor)
+        .bind(now.0)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(query_error("recording a deployment"))?;
+        tx.commit()
+            .await
+            .map_err(query_error("committing a deployment"))?;
+        Ok(id)
+    }
+
+    /// The outages of a cluster, oldest first.
+    pub async fn outages(&self, cluster: &str) -> Result<Vec<OutageRecord>, StoreError> {
+        sqlx::query_as(
+            "SELECT o.id, o.cluster_id, o.opened_at, o.closed_at FROM outages o \
+             JOIN clusters c ON c.id = o.cluster_id WHERE c.name = ? ORDER BY o.id",
+        )
+        .bind(cluster)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(query_error("listing outages"))
+    }
+
+    /// The history of a cluster (or of the whole engine with `None`), oldest first.
+    pub async fn events(&self, cluster: Option<&str>) -> Result<Vec<EventRecord>, StoreError> {
+        sqlx::query_as(
+            "SELECT id, at, cluster_name, outage_id, kind, detail, actor FROM events \
+             WHERE ? IS NULL OR cluster_name = ? ORDER BY id",
+        )
+        .bind(cluster)
+        .bind(cluster)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(query_error("listing events"))
+    }
+}
+
+fn not_found(kind: &'static str, name: &str) -> StoreError {
+    StoreError::NotFound {
+        kind,
+        name: name.to_owned(),
+    }
+}
+
+fn ids_json(ids: &[AppId]) -> String {
+    serde_json::to_string(&ids.iter().map(|id| id.0).collect::<Vec<_>>())
+        .unwrap_or_else(|_| "[]".to_owned())
+}
+
+/// Splits a health event into its kind (the serde tag) and its JSON details.
+fn event_parts(event: &HealthEvent) -> (String, serde_json::Value) {
+    let mut value = serde_json::to_value(event).unwrap_or_default();
+    let kind = value
+        .as_object_mut()
+        .and_then(|map| map.remove("event"))
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_else(|| "event".to_owned());
+    (kind, value)
+}
+
+async fn insert_event(
+    tx: &mut Transaction<'static, Sqlite>,
+    now: Timestamp,
+    cluster: Option<(i64, &str)>,
+    outage: Option<OutageId>,
+    kind: &str,
+    detail: &serde_json::Value,
+    actor: Option<&str>,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO events (at, cluster_id, cluster_name, outage_id, kind, detail, actor) \
+         VALUES (?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(now.0)
+    .bind(cluster.map(|c| c.0))
+    .bind(cluster.map(|c| c.1))
+    .bind(outage.map(|o| o.0))
+    .bind(kind)
+    .bind(detail.to_string())
+    .bind(actor)
+    .execute(&mut **tx)
+    .await
+    .map_err(query_error("recording an event"))?;
+    Ok(())
+}
+
+async fn cluster_in_tx(
+    tx: &mut Transaction<'static, Sqlite>,
+    cluster: ClusterId,
+) -> Result<Option<ClusterRecord>, StoreError> {
+    let sql = format!("SELECT {CLUSTER_COLUMNS} FROM clusters WHERE id = ?");
+    let row: Option<ClusterRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        .bind(cluster.0)
+        .fetch_optional(&mut **tx)
+        .await
+        .map_err(query_error("reading a cluster"))?;
+    row.map(ClusterRecord::try_from).transpose()
+}
+
+async fn cluster_id_by_name(
+    tx: &mut Transaction<'static, Sqlite>,
+    name: &str,
+) -> Result<ClusterId, StoreError> {
+    let id: Option<i64> = sqlx::query_scalar("SELECT id FROM clusters WHERE name = ?")
+        .bind(name)
+        .fetch_optional(&mut **tx)
+        .await
+        .map_err(query_error("reading a cluster"))?;
+    id.map(ClusterId).ok_or_else(|| not_found("cluster", name))
+}
+
+/// The id of a cluster that may receive a deployment: anything but OFFLINE (R6).
+async fn guarded_cluster(
+    tx: &mut Transaction<'static, Sqlite>,
+    name: &str,
+) -> Result<ClusterId, StoreError> {
+    let row: Option<(i64, String)> =
+        sqlx::query_as("SELECT id, status FROM clusters WHERE name = ?")
+            .bind(name)
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(query_error("reading a cluster"))?;
+    let (id, status) = row.ok_or_else(|| not_found("cluster", name))?;
+    if status == ClusterStatus::Offline.as_str() {
+        return Err(StoreError::ClusterOffline {
+            cluster: name.to_owned(),
+        });
+    }
+    Ok(ClusterId(id))
+}
+
+async fn save_health(
+    tx: &mut Transaction<'static, Sqlite>,
+    cluster: ClusterId,
+    health: &ClusterHealth,
+    next_due: Timestamp,
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    let conditions =
+        serde_json::to_string(&health.conditions).map_err(|e| StoreError::Corrupt {
+            what: "conditions",
+            reason: e.to_string(),
+        })?;
+    sqlx::query(
+        "UPDATE clusters SET status = ?, conditions = ?, consecutive_failures = ?, \
+         consecutive_successes = ?, consecutive_inconclusive = ?, last_counted_failure = ?, \
+         last_probe = ?, last_success = ?, open_outage_id = ?, next_due = ?, updated_at = ? \
+         WHERE id = ?",
+    )
+    .bind(health.status.as_str())
+    .bind(conditions)
+    .bind(i64::from(health.consecutive_failures))
+    .bind(i64::from(health.consecutive_successes))
+    .bind(i64::from(health.consecutive_inconclusive))
+    .bind(health.last_counted_failure.map(|t| t.0))
+    .bind(health.last_probe.map(|t| t.0))
+    .bind(health.last_success.map(|t| t.0))
+    .bind(health.open_outage.map(|o| o.0))
+    .bind(next_due.0)
+    .bind(now.0)
+    .bind(cluster.0)
+    .execute(&mut **tx)
+    .await
+    .map_err(query_error("saving a cluster's health"))?;
+    Ok(())
+}
+
+async fn brake_state_in_tx(conn: &mut sqlx::SqliteConnection) -> Result<BrakeState, StoreError> {
+    let row: Option<(bool, Option<i64>, Option<i64>, i64)> = sqlx::query_as(
+        "SELECT holding, since, released_at, suppressed FROM brake_state WHERE group_key = ?",
+    )
+    .bind(FLEET_GROUP)
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(query_error("reading the brake"))?;
+    Ok(match row {
+        None => BrakeState {
+            verdict: BrakeVerdict::NEVER_ENGAGED,
+            suppressed: 0,
+        },
+        Some((holding, since, released_at, suppressed)) => BrakeState {
+            verdict: if holding {
+                BrakeVerdict::Holding {
+                    since: Timestamp(since.unwrap_or_default()),
+                }
+            } else {
+                BrakeVerdict::Released {
+                    since: released_at.map(Timestamp),
+                }
+            },
+            suppressed: u64::try_from(suppressed).unwrap_or_default(),
+        },
+    })
+}
+
+async fn save_brake(
+    tx: &mut Transaction<'static, Sqlite>,
+    verdict: BrakeVerdict,
+) -> Result<(), StoreError> {
+    let (holding, since, released) = match verdict {
+        BrakeVerdict::Holding { since } => (true, Some(since.0), None),
+        BrakeVerdict::Released { since } => (false, None, since.map(|t| t.0)),
+    };
+    sqlx::query(
+        "INSERT INTO brake_state (group_key, holding, since, released_at) VALUES (?, ?, ?, ?) \
+         ON CONFLICT (group_key) DO UPDATE SET holding = excluded.holding, \
+         since = COALESCE(excluded.since, brake_state.since), \
+         released_at = COALESCE(excluded.released_at, brake_state.released_at)",
+    )
+    .bind(FLEET_GROUP)
+    .bind(holding)
+    .bind(since)
+    .bind(released)
+    .execute(&mut **tx)
+    .await
+    .map_err(query_error("saving the brake"))?;
+    Ok(())
+}
+
+/// Re-evaluates the fleet's brake with this probe's outcome included.
+async fn evaluate_brake(
+    tx: &mut Transaction<'static, Sqlite>,
+    cluster: ClusterId,
+    failed: bool,
+    now: Timestamp,
+    config: &BrakeConfig,
+    before: BrakeVerdict,
+) -> Result<BrakeAssessment, StoreError> {
+    let window_start = now.plus_millis(-config.window_millis.max(0));
+    let rows: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT latest_conclusive, latest_conclusive_at FROM clusters \
+         WHERE ignored = 0 AND id <> ? AND latest_conclusive_at >= ? \
+         AND latest_conclusive IS NOT NULL",
+    )
+    .bind(cluster.0)
+    .bind(window_start.0)
+    .fetch_all(&mut **tx)
+    .await
+    .map_err(query_error("reading the fleet's latest outcomes"))?;
+    let mut samples: Vec<FleetSample<&str>> = rows
+        .iter()
+        .map(|(outcome, at)| FleetSample {
+            group: FLEET_GROUP,
+            failed: outcome == "failed",
+            at: Timestamp(*at),
+        })
+        .collect();
+    samples.push(FleetSample {
+        group: FLEET_GROUP,
+        failed,
+        at: now,
+    });
+    let previous = BTreeMap::from([(FLEET_GROUP, before)]);
+    let assessments = brake::evaluate(&samples, &previous, config, now);
+    Ok(assessments
+        .get(FLEET_GROUP)
+        .copied()
+        .unwrap_or(BrakeAssessment {
+            verdict: before,
+            considered: 0,
+            failed: 0,
+        }))
+}
