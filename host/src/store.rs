@@ -188,9 +188,11 @@ impl TryFrom<ClusterRow> for ClusterRecord {
     type Error = StoreError;
 
     fn try_from(row: ClusterRow) -> Result<Self, StoreError> {
-        let corrupt = |what: &'static str| move |e: &dyn std::fmt::Display| StoreError::Corrupt {
-            what,
-            reason: e.to_string(),
+        let corrupt = |what: &'static str| {
+            move |e: &dyn std::fmt::Display| StoreError::Corrupt {
+                what,
+                reason: e.to_string(),
+            }
         };
         let status = ClusterStatus::from_str(&row.status).map_err(|e| corrupt("status")(&e))?;
         let conditions: Vec<Condition> =
@@ -360,6 +362,9 @@ pub struct ApplySettings {
     pub defaults: HealthPolicy,
     /// The brake's settings.
     pub brake: BrakeConfig,
+    /// Whether `brake.window_millis` was set explicitly. Otherwise the window
+    /// is the largest effective interval of the fleet (DESIGN §1, R5).
+    pub brake_window_explicit: bool,
 }
 
 /// What [`Store::apply_probe`] did.
@@ -706,6 +711,24 @@ impl Store {
         Ok(next.map(Timestamp))
     }
 
+    /// The earliest `next_due` among probed clusters other than `excluded`
+    /// (the worker excludes clusters whose probe is in flight).
+    pub async fn next_due_excluding(
+        &self,
+        excluded: &[i64],
+    ) -> Result<Option<Timestamp>, StoreError> {
+        let excluded = serde_json::to_string(excluded).unwrap_or_else(|_| "[]".to_owned());
+        let next: Option<i64> = sqlx::query_scalar(
+            "SELECT MIN(next_due) FROM clusters WHERE ignored = 0 \
+             AND id NOT IN (SELECT value FROM json_each(?))",
+        )
+        .bind(excluded)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(query_error("finding the next due cluster"))?;
+        Ok(next.map(Timestamp))
+    }
+
     /// Applies one probe outcome to one cluster, in one transaction: brake
     /// evaluation, the transition, the cascade on apps and outages, the events,
     /// and the cluster's next due time. Returns `None` if the cluster is gone
@@ -739,7 +762,13 @@ impl Store {
             || (brake_before.holds() && outcome.is_conclusive())
             || (brake_before.holds() && !settings.brake.enabled)
         {
-            Some(evaluate_brake(&mut tx, cluster, failed, now, &settings.brake, brake_before).await?)
+            let mut config = settings.brake;
+            if !settings.brake_window_explicit {
+                config.window_millis = config
+                    .window_millis
+                    .max(largest_interval_millis(&mut tx).await?);
+            }
+            Some(evaluate_brake(&mut tx, cluster, failed, now, &config, brake_before).await?)
         } else {
             None
         };
@@ -870,9 +899,10 @@ impl Store {
                 .map_err(query_error("counting a suppressed failure"))?;
         }
 
-        let conclusive = outcome
-            .is_conclusive()
-            .then_some(if failed { "failed" } else { "healthy" });
+        let conclusive =
+            outcome
+                .is_conclusive()
+                .then_some(if failed { "failed" } else { "healthy" });
         save_health(&mut tx, cluster, &decision.health, next_due, now).await?;
         sqlx::query(
             "UPDATE clusters SET last_outcome = ?, last_reason = ?, last_reason_class = ?, \
@@ -988,12 +1018,13 @@ impl Store {
 
     /// The app of the given name.
     pub async fn app(&self, name: &str) -> Result<AppRecord, StoreError> {
-        let row: Option<AppRow> =
-            sqlx::query_as(sqlx::AssertSqlSafe(format!("{APP_SELECT} WHERE a.name = ?")))
-                .bind(name)
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(query_error("reading an app"))?;
+        let row: Option<AppRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "{APP_SELECT} WHERE a.name = ?"
+        )))
+        .bind(name)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(query_error("reading an app"))?;
         row.ok_or_else(|| not_found("app", name))?.record()
     }
 
@@ -1310,6 +1341,18 @@ async fn save_brake(
     .await
     .map_err(query_error("saving the brake"))?;
     Ok(())
+}
+
+/// The largest interval override of the fleet, in milliseconds (0 if none).
+async fn largest_interval_millis(tx: &mut Transaction<'static, Sqlite>) -> Result<i64, StoreError> {
+    let largest: Option<i64> = sqlx::query_scalar(
+        "SELECT MAX(CAST(json_extract(policy, '$.interval_seconds') AS INTEGER)) \
+         FROM clusters WHERE ignored = 0",
+    )
+    .fetch_one(&mut **tx)
+    .await
+    .map_err(query_error("reading the fleet's intervals"))?;
+    Ok(largest.unwrap_or(0).saturating_mul(1000))
 }
 
 /// Re-evaluates the fleet's brake with this probe's outcome included.

@@ -1,0 +1,243 @@
+//! The command line: every setting is a flag and an environment variable
+//! (DESIGN §6), parsed and checked before anything is written.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use vigil_decision::{BrakeConfig, HealthPolicy};
+
+use crate::discovery::DiscoverySettings;
+use crate::store::{redact_url, sqlite_path};
+
+/// vigil — a cluster health engine.
+///
+/// vigil discovers Kubernetes clusters from kubeconfig files, probes each one
+/// on a schedule, keeps ONLINE / OFFLINE / UNKNOWN in a database, and cascades
+/// confirmed outages to the apps deployed on them.
+#[derive(Debug, Parser)]
+#[command(name = "vigil", version, propagate_version = true)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the engine: discover clusters, probe them, keep their status.
+    ///
+    /// Every flag can also be set by the environment variable shown.
+    /// Exit codes: 0 stopped cleanly (SIGINT/SIGTERM), 1 runtime error,
+    /// 2 invalid settings, 3 another engine already uses the database.
+    Serve(ServeArgs),
+}
+
+/// Whether the mass-failure brake may engage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BrakeSwitch {
+    /// The brake engages on mass failure (default).
+    On,
+    /// The brake never engages.
+    Off,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Settings of `vigil serve`.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Seconds between two probes of a cluster.
+    #[arg(long = "interval", env = "CLUSTER_HEALTH_INTERVAL", value_name = "CLUSTER_HEALTH_INTERVAL",
+          default_value_t = 300, value_parser = clap::value_parser!(u32).range(1..=86_400))]
+    pub interval: u32,
+
+    /// Consecutive counted failures that confirm an outage (ONLINE→OFFLINE).
+    #[arg(long = "failure-threshold", env = "CLUSTER_HEALTH_FAILURE_THRESHOLD",
+          value_name = "CLUSTER_HEALTH_FAILURE_THRESHOLD", default_value_t = 2,
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub failure_threshold: u32,
+
+    /// Consecutive healthy probes that end a confirmed outage.
+    #[arg(long = "success-threshold", env = "CLUSTER_HEALTH_SUCCESS_THRESHOLD",
+          value_name = "CLUSTER_HEALTH_SUCCESS_THRESHOLD", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub success_threshold: u32,
+
+    /// Seconds a probe may take before the cluster counts as timed out.
+    #[arg(long = "timeout", env = "CLUSTER_HEALTH_TIMEOUT", value_name = "CLUSTER_HEALTH_TIMEOUT",
+          default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=3600))]
+    pub timeout: u32,
+
+    /// Seconds after a cluster is first registered during which failures are not counted.
+    #[arg(long = "start-period", env = "CLUSTER_HEALTH_START_PERIOD",
+          value_name = "CLUSTER_HEALTH_START_PERIOD", default_value_t = 0,
+          value_parser = clap::value_parser!(u32).range(0..=86_400))]
+    pub start_period: u32,
+
+    /// How many probes may run at the same time.
+    #[arg(long = "concurrency", env = "CLUSTER_HEALTH_CONCURRENCY",
+          value_name = "CLUSTER_HEALTH_CONCURRENCY", default_value_t = 64,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub concurrency: u32,
+
+    /// Fraction (0 < ratio ≤ 1) of the fleet that must fail at once for the brake to hold.
+    #[arg(long = "mass-failure-ratio", env = "CLUSTER_HEALTH_MASS_FAILURE_RATIO",
+          value_name = "CLUSTER_HEALTH_MASS_FAILURE_RATIO", default_value_t = 1.0,
+          value_parser = parse_ratio)]
+    pub mass_failure_ratio: f64,
+
+    /// Least number of failed clusters for the brake to hold.
+    #[arg(long = "mass-failure-min", env = "CLUSTER_HEALTH_MASS_FAILURE_MIN",
+          value_name = "CLUSTER_HEALTH_MASS_FAILURE_MIN", default_value_t = 3,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub mass_failure_min: u32,
+
+    /// Seconds of the brake's sliding window [default: the largest effective interval].
+    #[arg(long = "mass-failure-window", env = "CLUSTER_HEALTH_MASS_FAILURE_WINDOW",
+          value_name = "CLUSTER_HEALTH_MASS_FAILURE_WINDOW",
+          value_parser = clap::value_parser!(u32).range(1..=604_800))]
+    pub mass_failure_window: Option<u32>,
+
+    /// Whether the mass-failure brake may engage.
+    #[arg(long = "brake", env = "CLUSTER_HEALTH_BRAKE", value_name = "CLUSTER_HEALTH_BRAKE",
+          value_enum, default_value_t = BrakeSwitch::On)]
+    pub brake: BrakeSwitch,
+
+    /// Kubeconfig files to discover, `:`-separated [default: $KUBECONFIG, else ~/.kube/config].
+    #[arg(
+        long = "kubeconfig-path",
+        env = "KUBECONFIG_PATH",
+        value_name = "KUBECONFIG_PATH"
+    )]
+    pub kubeconfig_path: Option<OsString>,
+
+    /// A directory whose every file is a kubeconfig (e.g. a mounted Secret).
+    #[arg(
+        long = "kubeconfig-dir",
+        env = "KUBECONFIG_DIR",
+        value_name = "KUBECONFIG_DIR"
+    )]
+    pub kubeconfig_dir: Option<PathBuf>,
+
+    /// The database [default: a SQLite file `vigil.db` in the working directory].
+    #[arg(
+        long = "database-url",
+        env = "DATABASE_URL",
+        value_name = "DATABASE_URL",
+        default_value = "sqlite://vigil.db",
+        hide_env_values = true,
+        hide_default_value = false
+    )]
+    pub database_url: String,
+
+    /// Log format.
+    #[arg(long = "log-format", env = "VIGIL_LOG_FORMAT", value_name = "VIGIL_LOG_FORMAT",
+          value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// kubectl's own variable, read when KUBECONFIG_PATH is unset.
+    #[arg(long = "kubeconfig", env = "KUBECONFIG", hide = true)]
+    pub kubeconfig_env: Option<OsString>,
+}
+
+fn parse_ratio(text: &str) -> Result<f64, String> {
+    let value: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| "expected a number between 0 (excluded) and 1".to_owned())?;
+    if value > 0.0 && value <= 1.0 {
+        Ok(value)
+    } else {
+        Err("expected a number between 0 (excluded) and 1".to_owned())
+    }
+}
+
+/// A setting that parsed but cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid value {value} for {variable}: {reason}")]
+pub struct SettingError {
+    /// The environment variable (and flag) concerned.
+    pub variable: &'static str,
+    /// The offending value, redacted where it may hold a password.
+    pub value: String,
+    /// Why it cannot be used.
+    pub reason: String,
+}
+
+/// The engine's settings, checked.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Global policy defaults.
+    pub defaults: HealthPolicy,
+    /// Brake settings (the window is resolved against the clusters' intervals at start-up).
+    pub brake: BrakeConfig,
+    /// Whether the brake window was given explicitly.
+    pub brake_window_explicit: bool,
+    /// Probe concurrency.
+    pub concurrency: usize,
+    /// Where kubeconfigs are.
+    pub discovery: DiscoverySettings,
+    /// The database URL.
+    pub database_url: String,
+    /// The SQLite file, if the URL names one.
+    pub database_path: Option<PathBuf>,
+    /// Log format.
+    pub log_format: LogFormat,
+}
+
+impl ServeArgs {
+    /// Checks the settings that clap cannot check alone.
+    pub fn engine_config(&self, home_dir: Option<PathBuf>) -> Result<EngineConfig, SettingError> {
+        let database_path = sqlite_path(&self.database_url).map_err(|error| SettingError {
+            variable: "DATABASE_URL",
+            value: redact_url(&self.database_url),
+            reason: match error {
+                crate::store::StoreError::UnsupportedUrl { reason, .. } => reason,
+                other => other.to_string(),
+            },
+        })?;
+        let defaults = HealthPolicy {
+            interval_seconds: self.interval,
+            timeout_seconds: self.timeout,
+            failure_threshold: self.failure_threshold,
+            success_threshold: self.success_threshold,
+            start_period_seconds: self.start_period,
+            count_auth_failures: false,
+            disabled: false,
+        };
+        let window = self.mass_failure_window.unwrap_or(self.interval);
+        Ok(EngineConfig {
+            defaults,
+            brake: BrakeConfig {
+                enabled: self.brake == BrakeSwitch::On,
+                ratio: self.mass_failure_ratio,
+                min_failed: self.mass_failure_min,
+                window_millis: i64::from(window) * 1000,
+            },
+            brake_window_explicit: self.mass_failure_window.is_some(),
+            concurrency: usize::try_from(self.concurrency).unwrap_or(64),
+            discovery: DiscoverySettings {
+                kubeconfig_path: self.kubeconfig_path.clone().filter(|p| !p.is_empty()),
+                kubeconfig_env: self.kubeconfig_env.clone().filter(|p| !p.is_empty()),
+                home_dir,
+                kubeconfig_dir: self.kubeconfig_dir.clone(),
+            },
+            database_url: self.database_url.clone(),
+            database_path,
+            log_format: self.log_format,
+        })
+    }
+}
+
+/// How long discovery waits for file changes to settle before re-reading.
+pub const DISCOVERY_DEBOUNCE: Duration = Duration::from_millis(500);

@@ -1,0 +1,10 @@
+//! vigil, the cluster health engine: discovery, store, health worker and the
+//! command line around the pure decisions of [`vigil_decision`].
+
+pub mod cli;
+pub mod discovery;
+pub mod lock;
+pub mod reference;
+pub mod serve;
+pub mod store;
+pub mod worker;

@@ -1,0 +1,146 @@
+//! `vigil serve`: the engine's wiring. Takes the database lock, opens the
+//! store, runs discovery (and again on every kubeconfig change), and runs the
+//! health worker until shutdown.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use tracing::{info, warn};
+
+use crate::cli::{DISCOVERY_DEBOUNCE, EngineConfig};
+use crate::discovery::{self, Sources};
+use crate::lock::{DatabaseLock, LockError};
+use crate::reference::{self, Reference};
+use crate::store::{DiscoveredClusterRow, Store, StoreError, UpsertSummary};
+use crate::worker::{Prober, Worker, WorkerHandle, WorkerSettings, WorkerStats, wall_clock};
+
+/// Why the engine stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// Another engine uses the database.
+    #[error(transparent)]
+    Locked(#[from] LockError),
+    /// The database failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Runs the engine with `prober` until `shutdown` completes.
+pub async fn serve<P: Prober>(
+    config: &EngineConfig,
+    prober: P,
+    shutdown: impl Future<Output = ()>,
+) -> Result<WorkerStats, ServeError> {
+    let _lock = match &config.database_path {
+        Some(path) => Some(DatabaseLock::acquire(path)?),
+        None => None,
+    };
+    let store = Store::open(&config.database_url).await?;
+    let sources = Sources::from_settings(&config.discovery);
+
+    let mut settings = WorkerSettings::new(config.defaults, config.brake, config.concurrency);
+    settings.brake_window_explicit = config.brake_window_explicit;
+    let worker = Worker::new(store.clone(), prober, settings);
+    let handle = worker.handle();
+
+    run_discovery(&store, &sources, &handle).await?;
+
+    let (changed_tx, mut changed_rx) = mpsc::channel(1);
+    let _watcher = match discovery::watch(&sources, DISCOVERY_DEBOUNCE, changed_tx) {
+        Ok(watcher) => Some(watcher),
+        Err(error) => {
+            warn!(error = %crate::worker::error_chain(&error), "kubeconfig sources are not watched; discovery runs at start-up only");
+            None
+        }
+    };
+    let rediscovery = {
+        let store = store.clone();
+        let sources = sources.clone();
+        let handle = handle.clone();
+        async move {
+            while changed_rx.recv().await.is_some() {
+                info!("kubeconfig sources changed; discovering again");
+                if let Err(error) = run_discovery(&store, &sources, &handle).await {
+                    warn!(error = %crate::worker::error_chain(&error), "discovery failed");
+                }
+            }
+        }
+    };
+    let rediscovery = tokio::spawn(rediscovery);
+
+    let stats = worker.run(shutdown).await;
+    rediscovery.abort();
+    store.close().await;
+    Ok(stats?)
+}
+
+/// Reads every kubeconfig source, upserts what it found, and logs what it
+/// found and why each cluster is or is not probeable.
+pub async fn run_discovery(
+    store: &Store,
+    sources: &Sources,
+    worker: &WorkerHandle,
+) -> Result<UpsertSummary, StoreError> {
+    let scan = {
+        let sources = sources.clone();
+        tokio::task::spawn_blocking(move || discovery::discover(&sources))
+    };
+    let report = match scan.await {
+        Ok(report) => report,
+        Err(error) => {
+            warn!(%error, "discovery task failed");
+            return Ok(UpsertSummary::default());
+        }
+    };
+    for error in &report.errors {
+        warn!(file = %error.file.display(), reason = %error.reason, "kubeconfig source skipped");
+    }
+    for clash in &report.clashes {
+        warn!(context = %clash.context, kept = %clash.kept_file.display(), ignored = %clash.ignored_file.display(), "context defined twice; the first file wins");
+    }
+    let rows: Vec<DiscoveredClusterRow> = report
+        .clusters
+        .iter()
+        .map(|c| DiscoveredClusterRow {
+            name: c.name.clone(),
+            endpoint: c.endpoint.clone(),
+            reference: c.reference.clone(),
+        })
+        .collect();
+    let summary = store.upsert_discovered(&rows, wall_clock()).await?;
+    info!(
+        found = report.clusters.len(),
+        inserted = summary.inserted.len(),
+        updated = summary.updated.len(),
+        unchanged = summary.unchanged.len(),
+        kept_manual = summary.kept_manual.len(),
+        ignored = summary.ignored.len(),
+        errors = report.errors.len(),
+        clashes = report.clashes.len(),
+        "discovery done"
+    );
+
+    let clusters = Arc::new(report.clusters);
+    let described = {
+        let clusters = Arc::clone(&clusters);
+        tokio::task::spawn_blocking(move || {
+            clusters
+                .iter()
+                .map(|c| match Reference::parse(&c.reference) {
+                    Ok(reference) => reference::resolve(&reference).describe(),
+                    Err(error) => format!("not probeable (reference-broken): {error}"),
+                })
+                .collect::<Vec<_>>()
+        })
+    };
+    if let Ok(described) = described.await {
+        for (cluster, why) in clusters.iter().zip(described) {
+            info!(cluster = %cluster.name, endpoint = %cluster.endpoint, source = %cluster.source_file.display(), "{why}");
+        }
+    }
+    if !summary.inserted.is_empty() || !summary.updated.is_empty() {
+        worker.wake();
+    }
+    Ok(summary)
+}

@@ -1,0 +1,528 @@
+//! The health worker: probes each cluster when it is due, under a concurrency
+//! bound, and applies every result in its own transaction (DESIGN §2, R3).
+//!
+//! The worker owns scheduling only. What a probe *is* sits behind [`Prober`]
+//! (the plugin runtime in production, scripted probers in tests); what a result
+//! *means* is decided by [`vigil_decision::decide`] inside [`Store::apply_probe`].
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::{Notify, Semaphore, watch};
+use tokio::task::JoinSet;
+use tracing::{Instrument, debug, info, info_span, warn};
+use vigil_decision::{
+    BrakeConfig, Cascade, ClusterId, HealthEvent, HealthPolicy, ProbeOutcome, ReasonClass,
+    Timestamp,
+};
+
+use crate::reference::{self, ConnectionMaterial, Reference, Resolution};
+use crate::store::{AppliedProbe, ApplySettings, ClusterRecord, Store, StoreError};
+
+/// The current wall-clock time. The only place the engine reads the clock for
+/// health decisions, so that every decision of one probe uses one instant.
+pub fn wall_clock() -> Timestamp {
+    let millis = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    Timestamp(millis)
+}
+
+/// One cluster to probe, as handed to a [`Prober`].
+#[derive(Debug, Clone)]
+pub struct ProbeTarget {
+    /// The cluster's id.
+    pub cluster: ClusterId,
+    /// The cluster's name.
+    pub name: String,
+    /// The recorded API server address.
+    pub endpoint: String,
+    /// The parsed reference.
+    pub reference: Reference,
+    /// The connection material, when the host resolved a file reference.
+    pub connection: Option<Box<ConnectionMaterial>>,
+    /// The plugin explicitly chosen for the cluster, if any.
+    pub plugin: Option<String>,
+    /// How long the probe may take; past it the cluster has timed out.
+    pub timeout: Duration,
+}
+
+/// A way to probe a cluster. It must answer within `target.timeout`; the
+/// worker gives it a grace period more and then abandons it as inconclusive.
+pub trait Prober: Send + Sync + 'static {
+    /// Probes one cluster once.
+    fn probe(&self, target: &ProbeTarget) -> impl Future<Output = ProbeOutcome> + Send;
+}
+
+/// The prober of an engine with no probe plugin loaded: every reference the
+/// host resolved is not probeable for want of a plugin, never a failure.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoPlugins;
+
+impl Prober for NoPlugins {
+    async fn probe(&self, target: &ProbeTarget) -> ProbeOutcome {
+        ProbeOutcome::NotProbeable {
+            class: ReasonClass::NoPlugin,
+            message: format!(
+                "no probe plugin is loaded for {} references",
+                match target.reference {
+                    Reference::File { .. } => "kubeconfig file",
+                    Reference::Secret { .. } => "secret://",
+                    Reference::Http { .. } => "http(s)://",
+                }
+            ),
+        }
+    }
+}
+
+/// The worker's settings (from `CLUSTER_HEALTH_*`).
+#[derive(Debug, Clone, Copy)]
+pub struct WorkerSettings {
+    /// The global policy defaults.
+    pub defaults: HealthPolicy,
+    /// The brake's settings.
+    pub brake: BrakeConfig,
+    /// How many probes may run at once.
+    pub concurrency: usize,
+    /// How long past its timeout a probe may run before it is abandoned.
+    pub grace: Duration,
+    /// The longest the scheduler sleeps between two looks at the database.
+    pub max_idle: Duration,
+    /// Whether the brake window was set explicitly; otherwise it widens to the
+    /// largest effective interval of the fleet.
+    pub brake_window_explicit: bool,
+}
+
+impl WorkerSettings {
+    /// Settings with the given defaults and brake, and the usual bounds.
+    pub fn new(defaults: HealthPolicy, brake: BrakeConfig, concurrency: usize) -> Self {
+        Self {
+            defaults,
+            brake,
+            concurrency: concurrency.max(1),
+            grace: Duration::from_secs(1),
+            max_idle: Duration::from_secs(1),
+            brake_window_explicit: false,
+        }
+    }
+}
+
+impl WorkerSettings {
+    /// The settings under which the store applies results.
+    pub fn apply(&self) -> ApplySettings {
+        ApplySettings {
+            defaults: self.defaults,
+            brake: self.brake,
+            brake_window_explicit: self.brake_window_explicit,
+        }
+    }
+}
+
+/// The health worker.
+#[derive(Debug)]
+pub struct Worker<P> {
+    store: Store,
+    prober: Arc<P>,
+    settings: WorkerSettings,
+    wake: Arc<Notify>,
+}
+
+/// Lets other parts of the engine (discovery, the API) wake the worker when
+/// they insert or change clusters, instead of waiting for its next look.
+#[derive(Debug, Clone)]
+pub struct WorkerHandle {
+    wake: Arc<Notify>,
+}
+
+impl WorkerHandle {
+    /// Asks the worker to look for due clusters now.
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+}
+
+/// Counts of one worker run, for logs and tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkerStats {
+    /// Probe results applied.
+    pub applied: u64,
+    /// Probes abandoned at shutdown (nothing written for them).
+    pub abandoned: u64,
+    /// Results whose transaction failed and was rolled back.
+    pub failed: u64,
+}
+
+type InFlight = Arc<Mutex<HashSet<ClusterId>>>;
+
+impl<P: Prober> Worker<P> {
+    /// A worker over `store` probing with `prober`.
+    pub fn new(store: Store, prober: P, settings: WorkerSettings) -> Self {
+        Self {
+            store,
+            prober: Arc::new(prober),
+            settings,
+            wake: Arc::new(Notify::new()),
+        }
+    }
+
+    /// A handle to wake the worker.
+    pub fn handle(&self) -> WorkerHandle {
+        WorkerHandle {
+            wake: Arc::clone(&self.wake),
+        }
+    }
+
+    /// Runs until `shutdown` completes. Then no new probe starts, probes still
+    /// waiting for their cluster are abandoned (nothing is written for them),
+    /// and results already being written are committed or rolled back whole.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<WorkerStats, StoreError> {
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let slots = Arc::new(Semaphore::new(self.settings.concurrency));
+        let in_flight: InFlight = Arc::default();
+        let mut tasks: JoinSet<ProbeEnd> = JoinSet::new();
+        let mut stats = WorkerStats::default();
+        tokio::pin!(shutdown);
+
+        loop {
+            while let Some(end) = tasks.try_join_next() {
+                stats.count(end);
+            }
+            let free = slots.available_permits();
+            if free > 0 {
+                let busy: HashSet<ClusterId> = lock(&in_flight).clone();
+                let due = self
+                    .store
+                    .due_clusters(wall_clock(), free + busy.len())
+                    .await?;
+                for cluster in due.into_iter().filter(|c| !busy.contains(&c.id)).take(free) {
+                    let Ok(permit) = Arc::clone(&slots).try_acquire_owned() else {
+                        break;
+                    };
+                    lock(&in_flight).insert(cluster.id);
+                    let job = ProbeJob {
+                        store: self.store.clone(),
+                        prober: Arc::clone(&self.prober),
+                        settings: self.settings,
+                        in_flight: Arc::clone(&in_flight),
+                        stop: stop_rx.clone(),
+                    };
+                    let span = info_span!("probe", cluster = %cluster.name, plugin = cluster.plugin.as_deref().unwrap_or("auto"));
+                    tasks.spawn(
+                        async move {
+                            let end = job.run(cluster).await;
+                            drop(permit);
+                            end
+                        }
+                        .instrument(span),
+                    );
+                }
+            }
+
+            let sleep = self.sleep_until_next_due(&in_flight).await?;
+            tokio::select! {
+                () = &mut shutdown => break,
+                () = tokio::time::sleep(sleep) => {}
+                () = self.wake.notified() => {}
+                Some(end) = tasks.join_next(), if !tasks.is_empty() => stats.count(end),
+            }
+        }
+
+        info!(in_flight = tasks.len(), "health worker stopping");
+        // The receiver side of every job sees this and abandons its probe; a
+        // job already writing its result finishes its transaction first.
+        let _ = stop_tx.send(true);
+        while let Some(end) = tasks.join_next().await {
+            stats.count(end);
+        }
+        info!(
+            applied = stats.applied,
+            abandoned = stats.abandoned,
+            "health worker stopped"
+        );
+        Ok(stats)
+    }
+
+    async fn sleep_until_next_due(&self, in_flight: &InFlight) -> Result<Duration, StoreError> {
+        let busy: Vec<i64> = lock(in_flight).iter().map(|id| id.0).collect();
+        let next = self.store.next_due_excluding(&busy).await?;
+        let now = wall_clock();
+        let wait = next.map_or(self.settings.max_idle, |due| {
+            Duration::from_millis(u64::try_from(due.millis_since(now)).unwrap_or(0))
+        });
+        Ok(wait.min(self.settings.max_idle))
+    }
+}
+
+fn lock(in_flight: &InFlight) -> std::sync::MutexGuard<'_, HashSet<ClusterId>> {
+    // The set is only inserted into and removed from; a panic elsewhere cannot
+    // leave it half-updated, so a poisoned lock is still usable.
+    in_flight.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// How one probe job ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ProbeEnd {
+    Applied,
+    Abandoned,
+    Failed,
+}
+
+impl WorkerStats {
+    fn count(&mut self, end: Result<ProbeEnd, tokio::task::JoinError>) {
+        match end {
+            Ok(ProbeEnd::Applied) => self.applied += 1,
+            Ok(ProbeEnd::Abandoned) => self.abandoned += 1,
+            Ok(ProbeEnd::Failed) | Err(_) => self.failed += 1,
+        }
+    }
+}
+
+struct ProbeJob<P> {
+    store: Store,
+    prober: Arc<P>,
+    settings: WorkerSettings,
+    in_flight: InFlight,
+    stop: watch::Receiver<bool>,
+}
+
+impl<P: Prober> ProbeJob<P> {
+    async fn run(mut self, cluster: ClusterRecord) -> ProbeEnd {
+        let id = cluster.id;
+        let end = self.probe_and_apply(cluster).await;
+        lock(&self.in_flight).remove(&id);
+        end
+    }
+
+    async fn probe_and_apply(&mut self, cluster: ClusterRecord) -> ProbeEnd {
+        let policy = self.settings.defaults.with_overrides(&cluster.policy);
+        let started = wall_clock();
+        let next_due = schedule_next(cluster.id, started, &policy);
+
+        if policy.disabled {
+            return match self
+                .store
+                .apply_disabled(cluster.id, true, started, next_due)
+                .await
+            {
+                Ok(()) => ProbeEnd::Applied,
+                Err(error) => {
+                    warn!(error = %error_chain(&error), "could not record a disabled cluster");
+                    ProbeEnd::Failed
+                }
+            };
+        }
+
+        let timeout = Duration::from_secs(u64::from(policy.timeout_seconds.max(1)));
+        let probe = probe_cluster(self.prober.as_ref(), &cluster, timeout, self.settings.grace);
+        let outcome = tokio::select! {
+            outcome = probe => outcome,
+            _ = self.stop.wait_for(|stop| *stop) => {
+                debug!("probe abandoned at shutdown");
+                return ProbeEnd::Abandoned;
+            }
+        };
+
+        let now = wall_clock();
+        let next_due = next_due.max(now);
+        match self
+            .store
+            .apply_probe(cluster.id, &outcome, now, next_due, &self.settings.apply())
+            .await
+        {
+            Ok(Some(applied)) => {
+                log_applied(&applied, &outcome);
+                ProbeEnd::Applied
+            }
+            Ok(None) => ProbeEnd::Abandoned,
+            Err(error) => {
+                // R3: this cluster's transaction was rolled back; the others
+                // are untouched. It stays due and is retried at the next look.
+                warn!(error = %error_chain(&error), "probe result not applied; rolled back");
+                ProbeEnd::Failed
+            }
+        }
+    }
+}
+
+/// Probes one cluster once, now, and applies the result under exactly the
+/// rules of the worker (the same resolution, timeout, grace and transaction;
+/// the half-interval spacing keeps an extra probe from shrinking the grace
+/// period). Returns `None` when the cluster disappeared meanwhile.
+pub async fn probe_now<P: Prober>(
+    store: &Store,
+    prober: &P,
+    settings: &WorkerSettings,
+    cluster: &str,
+) -> Result<Option<(ProbeOutcome, AppliedProbe)>, StoreError> {
+    let record = store.cluster(cluster).await?;
+    let policy = settings.defaults.with_overrides(&record.policy);
+    let started = wall_clock();
+    let timeout = Duration::from_secs(u64::from(policy.timeout_seconds.max(1)));
+    let outcome = probe_cluster(prober, &record, timeout, settings.grace).await;
+    let now = wall_clock();
+    let next_due = schedule_next(record.id, started, &policy).max(now);
+    let applied = store
+        .apply_probe(record.id, &outcome, now, next_due, &settings.apply())
+        .await?;
+    Ok(applied.map(|applied| {
+        log_applied(&applied, &outcome);
+        (outcome, applied)
+    }))
+}
+
+/// Resolves the reference on the host and, when it can be probed, asks the
+/// prober, enforcing the timeout plus grace itself: a prober that never
+/// returns yields `inconclusive` and frees its slot.
+async fn probe_cluster<P: Prober>(
+    prober: &P,
+    cluster: &ClusterRecord,
+    timeout: Duration,
+    grace: Duration,
+) -> ProbeOutcome {
+    let reference = match Reference::parse(&cluster.kubeconfig_secret_ref) {
+        Ok(reference) => reference,
+        Err(error) => {
+            return ProbeOutcome::NotProbeable {
+                class: ReasonClass::ReferenceBroken,
+                message: format!("invalid reference: {error}"),
+            };
+        }
+    };
+    let resolving = reference.clone();
+    let resolution = match tokio::task::spawn_blocking(move || reference::resolve(&resolving)).await
+    {
+        Ok(resolution) => resolution,
+        Err(error) => {
+            return ProbeOutcome::Inconclusive {
+                class: ReasonClass::PluginFault,
+                message: format!("resolving the reference failed: {error}"),
+            };
+        }
+    };
+    let connection = match resolution {
+        Resolution::NotProbeable { class, message } => {
+            return ProbeOutcome::NotProbeable { class, message };
+        }
+        Resolution::Connection(material) => Some(material),
+        Resolution::Delegated => None,
+    };
+    let target = ProbeTarget {
+        cluster: cluster.id,
+        name: cluster.name.clone(),
+        endpoint: cluster.endpoint.clone(),
+        reference,
+        connection,
+        plugin: cluster.plugin.clone(),
+        timeout,
+    };
+    match tokio::time::timeout(timeout + grace, prober.probe(&target)).await {
+        Ok(outcome) => outcome,
+        Err(_) => ProbeOutcome::Inconclusive {
+            class: ReasonClass::PluginFault,
+            message: format!(
+                "the probe did not return within its {}s timeout plus {}ms grace; abandoned",
+                timeout.as_secs(),
+                grace.as_millis()
+            ),
+        },
+    }
+}
+
+/// The next due time: one interval after the probe started, plus a small
+/// deterministic jitter (up to 2% of the interval, at most 5 s) so that
+/// thousands of clusters registered together do not fire in the same
+/// millisecond forever.
+pub fn schedule_next(cluster: ClusterId, started: Timestamp, policy: &HealthPolicy) -> Timestamp {
+    let interval_ms = i64::from(policy.interval_seconds.max(1)) * 1000;
+    let spread = (interval_ms / 50).min(5000);
+    let jitter = if spread > 0 {
+        let mut hasher = std::hash::DefaultHasher::new();
+        (cluster, started).hash(&mut hasher);
+        i64::try_from(hasher.finish() % spread.unsigned_abs()).unwrap_or(0)
+    } else {
+        0
+    };
+    started.plus_millis(interval_ms + jitter)
+}
+
+fn log_applied(applied: &AppliedProbe, outcome: &ProbeOutcome) {
+    let cluster = applied.cluster.as_str();
+    debug!(
+        cluster,
+        outcome = outcome.label(),
+        reason = outcome.message().unwrap_or(""),
+        "probe applied"
+    );
+    for event in &applied.decision.events {
+        match event {
+            HealthEvent::StatusChanged { from, to } => {
+                info!(cluster, %from, %to, "cluster status changed");
+            }
+            HealthEvent::ConditionSet { condition } => {
+                info!(cluster, condition = %condition.kind, reason = %condition.reason, message = %condition.message, "condition set");
+            }
+            HealthEvent::ConditionCleared { kind } => {
+                info!(cluster, condition = %kind, "condition cleared");
+            }
+            HealthEvent::FailureCounted {
+                count,
+                threshold,
+                class,
+            } => {
+                info!(cluster, count, threshold, %class, "failure counted");
+            }
+            HealthEvent::FailureNotCounted { why, class } => {
+                info!(cluster, ?why, %class, "failure not counted");
+            }
+            HealthEvent::AppsDegraded { apps } => {
+                warn!(
+                    cluster,
+                    apps = apps.len(),
+                    "outage confirmed: apps degraded"
+                );
+            }
+            HealthEvent::AppsRestored { apps, .. } => {
+                info!(
+                    cluster,
+                    apps = apps.len(),
+                    "cluster recovered: apps restored"
+                );
+            }
+        }
+    }
+    if let Cascade::Degrade { .. } = applied.decision.cascade {
+        debug!(cluster, outage = ?applied.opened_outage, "outage opened");
+    }
+    if let Some(brake) = applied.brake
+        && brake.changed_from(applied.brake_before)
+    {
+        if brake.verdict.holds() {
+            warn!(
+                considered = brake.considered,
+                failed = brake.failed,
+                "mass-failure brake engaged: failures are no longer counted"
+            );
+        } else {
+            info!(
+                considered = brake.considered,
+                failed = brake.failed,
+                "mass-failure brake released: failure counts start from zero"
+            );
+        }
+    }
+}
+
+/// An error and its sources on one line.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
