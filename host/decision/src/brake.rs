@@ -92,7 +92,12 @@ impl BrakeAssessment {
     }
 }
 
-/// Evaluates the brake for every group that has samples or a previous verdict.
+/// Absorbs float rounding in the ratio comparison; far below one cluster.
+const RATIO_TOLERANCE: f64 = 1e-9;
+
+/// Evaluates the brake for every group that has a sample inside the window or
+/// a previous verdict (a group whose samples all aged out and that never had a
+/// verdict is omitted: it is released).
 ///
 /// For each group, over the samples taken at or after `now - window`:
 /// the brake *engages* when at least `min_failed` clusters failed and they are
@@ -130,9 +135,11 @@ pub fn evaluate<K: Ord + Clone>(
                 .get(&key)
                 .copied()
                 .unwrap_or(BrakeVerdict::NEVER_ENGAGED);
+            // A small tolerance keeps "at least the ratio" exact where the
+            // float product overshoots (0.28 × 25 = 7.000000000000001).
             let mass_failure = config.enabled
                 && failed >= config.min_failed.max(1)
-                && f64::from(failed) >= config.ratio * f64::from(considered);
+                && f64::from(failed) + RATIO_TOLERANCE >= config.ratio * f64::from(considered);
             let answered = considered > failed;
             let verdict = match before {
                 BrakeVerdict::Holding { .. } if !config.enabled => {

@@ -145,7 +145,20 @@ pub struct Decision {
 ///   the policy counts it as a failure.
 /// - `not-probeable` and `inconclusive` never change the status or the failure
 ///   count; three inconclusive in a row set `probe-stale`.
+///
+/// A cluster whose policy disables probing keeps everything: a probe that was
+/// already in flight when probing was disabled only (re)sets
+/// `probing-disabled`. A recovery restores its marked apps even while the
+/// brake holds: the brake suppresses failures and degradations, never the
+/// restoration of what this engine degraded. Outcomes that do not count
+/// (credentials-rejected, not-probeable, inconclusive) neither extend nor
+/// break a run of healthy probes toward `success_threshold`.
 pub fn decide(input: &ProbeInput<'_>) -> Decision {
+    if input.policy.disabled {
+        let mut decision = set_probing_disabled(input.health, true, input.now);
+        decision.health.last_probe = Some(input.now);
+        return decision;
+    }
     let mut step = Step {
         health: input.health.clone(),
         events: Vec::new(),
