@@ -215,11 +215,9 @@ impl fmt::Display for SourceError {
     }
 }
 
-impl std::error::Error for SourceError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.reason)
-    }
-}
+// No `source()`: the reason is already part of the message, and a log that walks the chain
+// would print it twice.
+impl std::error::Error for SourceError {}
 
 /// A line and column in a file, both counted from 1.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -469,7 +467,7 @@ impl Pass {
 }
 
 /// Whether a `PATH#CONTEXT` reference can carry this context name unambiguously.
-pub(crate) fn is_referenceable_context(name: &str) -> bool {
+fn is_referenceable_context(name: &str) -> bool {
     !name.is_empty() && !name.contains('#') && !name.chars().any(char::is_control)
 }
 
@@ -761,7 +759,8 @@ const MAX_PROBLEM_CHARS: usize = 120;
 /// mapping key: …", "unexpected character: `…'". So the message is cut at the first quote,
 /// backtick or colon, except for quoted single punctuation (`','`) and for "missing field
 /// `NAME`", whose name comes from kube's types, not from the file. As a last guard, a message
-/// that still shares a long word with the file's text is replaced by a generic one.
+/// that still contains a long token (8+ characters) of the file's text is replaced by a
+/// generic one.
 pub(crate) fn sanitize_yaml_problem(message: &str, source: &str) -> String {
     const GENERIC: &str = "the YAML does not have a kubeconfig's structure";
     // The plain rendering ends with " at line L, column C"; the position is reported apart.
@@ -802,9 +801,19 @@ pub(crate) fn sanitize_yaml_problem(message: &str, source: &str) -> String {
         index += 1;
     }
     let kept = kept.trim_end_matches([' ', ',', ';']).trim();
+    // Whole tokens, not substrings: a token like `vigil-unclosed-…` must not make the fixed
+    // phrase "unclosed quote" suspect, but a message echoing a whole scalar must be caught.
+    let is_yaml_separator = |c: char| {
+        c.is_whitespace() || matches!(c, ':' | ',' | '[' | ']' | '{' | '}' | '"' | '\'' | '#')
+    };
+    let source_tokens: HashSet<&str> = source
+        .split(is_yaml_separator)
+        .filter(|token| token.len() >= 8)
+        .collect();
     let shares_a_long_word = kept
-        .split_whitespace()
-        .any(|word| word.len() >= 8 && source.contains(word));
+        .split(is_yaml_separator)
+        .map(|word| word.trim_matches(|c: char| c.is_ascii_punctuation()))
+        .any(|word| source_tokens.contains(word));
     if kept.is_empty() || shares_a_long_word {
         return GENERIC.to_owned();
     }
@@ -998,6 +1007,17 @@ mod tests {
             "token: supersecretvalue",
             "the YAML does not have a kubeconfig's structure",
         );
+        check(
+            "scanner saw supersecretvalue, here",
+            "token: [supersecretvalue]",
+            "the YAML does not have a kubeconfig's structure",
+        );
+        // Part of a longer token is not a quotation.
+        check(
+            "unclosed quote",
+            "token: \"vigil-fake-unclosed-quote",
+            "unclosed quote",
+        );
         check("", "", "the YAML does not have a kubeconfig's structure");
     }
 
@@ -1019,6 +1039,34 @@ mod tests {
         check("https:// 127.0.0.1", "not-http");
         check("https://admin:pw@127.0.0.1", "credentials");
         check("https://127.0.0.1/path@x", "url");
+    }
+
+    #[test]
+    fn change_filter_ignores_reads_and_other_files() {
+        use notify::event::{AccessKind, AccessMode, CreateKind, DataChange, Flag, ModifyKind};
+        let filter = ChangeFilter {
+            files: vec![PathBuf::from("/home/u/.kube/config")],
+            dir: Some(PathBuf::from("/run/kubeconfigs")),
+        };
+        let check = |kind: EventKind, path: &str, expected: bool| {
+            let event = Event::new(kind).add_path(PathBuf::from(path));
+            assert_eq!(filter.is_relevant(&event), expected, "{event:?}");
+        };
+        let open = EventKind::Access(AccessKind::Open(AccessMode::Any));
+        let write = EventKind::Modify(ModifyKind::Data(DataChange::Any));
+        let create = EventKind::Create(CreateKind::File);
+        // Discovery's own reads must not trigger the next discovery.
+        check(open, "/home/u/.kube/config", false);
+        check(open, "/run/kubeconfigs/..data", false);
+        check(write, "/home/u/.kube/config", true);
+        check(create, "/home/u/.kube/config", true);
+        check(write, "/home/u/.kube/cache/discovery", false);
+        check(create, "/home/u/.kube/config.lock", false);
+        check(create, "/run/kubeconfigs/..data_tmp", true);
+        check(write, "/run/kubeconfigs/..2026_01_01/config", true);
+        check(write, "/run/other/config", false);
+        let rescan = Event::new(EventKind::Other).set_flag(Flag::Rescan);
+        assert!(filter.is_relevant(&rescan));
     }
 
     #[test]

@@ -807,8 +807,8 @@ fn decode_base64(text: &str) -> Option<Vec<u8>> {
         }
     }
     // One symbol alone cannot encode a byte; padding, when present, completes a quantum.
-    let complete =
-        symbols % 4 != 1 && (padding == 0 || (padding <= 2 && (symbols + padding) % 4 == 0));
+    let complete = symbols % 4 != 1
+        && (padding == 0 || (padding <= 2 && (symbols + padding).is_multiple_of(4)));
     complete.then_some(decoded)
 }
 

@@ -271,11 +271,12 @@ enum ProbeEnd {
 }
 
 impl WorkerStats {
-    fn count(&mut self, end: Result<ProbeEnd, tokio::task::JoinError>) {
-        match end {
-            Ok(ProbeEnd::Applied) => self.applied += 1,
-            Ok(ProbeEnd::Abandoned) => self.abandoned += 1,
-            Ok(ProbeEnd::Failed) | Err(_) => self.failed += 1,
+    /// Counts a finished job; a job that panicked counts as failed.
+    fn count(&mut self, joined: Result<ProbeEnd, tokio::task::JoinError>) {
+        match joined.unwrap_or(ProbeEnd::Failed) {
+            ProbeEnd::Applied => self.applied += 1,
+            ProbeEnd::Abandoned => self.abandoned += 1,
+            ProbeEnd::Failed => self.failed += 1,
         }
     }
 }

@@ -20,7 +20,13 @@ async fn fleet(sandbox: &Sandbox) -> Store {
         let reference = sandbox.kubeconfig(name, 41_000 + i as u16);
         let now = vigil::worker::wall_clock();
         store
-            .register_cluster(name, "https://127.0.0.1", &reference, &PolicyOverrides::default(), now)
+            .register_cluster(
+                name,
+                "https://127.0.0.1",
+                &reference,
+                &PolicyOverrides::default(),
+                now,
+            )
             .await
             .unwrap();
         store
@@ -43,22 +49,31 @@ async fn fail_all(store: &Store, prober: &ScriptedProber, settings: WorkerSettin
     let running = Running::start(store.clone(), prober.clone(), settings);
     wait_until(Duration::from_secs(5), "the fleet is ONLINE", || {
         let store = store.clone();
-        async move { statuses(&store).await.iter().all(|s| *s == ClusterStatus::Online) }
+        async move {
+            statuses(&store)
+                .await
+                .iter()
+                .all(|s| *s == ClusterStatus::Online)
+        }
     })
     .await;
     let before: Vec<usize> = FLEET.iter().map(|n| prober.call_count(n)).collect();
     prober.set_all(Behaviour::refused());
     let target = THRESHOLD as usize + 1;
-    wait_until(Duration::from_secs(10), "every cluster failed threshold + 1 probes", || {
-        let prober = prober.clone();
-        let before = before.clone();
-        async move {
-            FLEET
-                .iter()
-                .zip(&before)
-                .all(|(n, b)| prober.call_count(n) >= b + target)
-        }
-    })
+    wait_until(
+        Duration::from_secs(10),
+        "every cluster failed threshold + 1 probes",
+        || {
+            let prober = prober.clone();
+            let before = before.clone();
+            async move {
+                FLEET
+                    .iter()
+                    .zip(&before)
+                    .all(|(n, b)| prober.call_count(n) >= b + target)
+            }
+        },
+    )
     .await;
     running
 }
@@ -101,7 +116,10 @@ async fn the_brake_holds_through_a_restart_and_a_full_threshold_is_needed_after_
 
     let brake = store.brake_state().await.unwrap();
     assert!(brake.verdict.holds(), "{brake:?}");
-    assert!(brake.suppressed >= 5, "suppressed failures are recorded: {brake:?}");
+    assert!(
+        brake.suppressed >= 5,
+        "suppressed failures are recorded: {brake:?}"
+    );
     assert_eq!(statuses(&store).await, vec![ClusterStatus::Online; 5]);
     assert_eq!(app_statuses(&store).await, vec![AppStatus::Deployed; 5]);
 
@@ -114,7 +132,12 @@ async fn the_brake_holds_through_a_restart_and_a_full_threshold_is_needed_after_
     wait_until(Duration::from_secs(6), "two more failing rounds", || {
         let prober = prober.clone();
         let before = before.clone();
-        async move { FLEET.iter().zip(&before).all(|(n, b)| prober.call_count(n) >= b + 2) }
+        async move {
+            FLEET
+                .iter()
+                .zip(&before)
+                .all(|(n, b)| prober.call_count(n) >= b + 2)
+        }
     })
     .await;
     assert!(store.brake_state().await.unwrap().verdict.holds());
@@ -124,16 +147,25 @@ async fn the_brake_holds_through_a_restart_and_a_full_threshold_is_needed_after_
     // b0 answers again: vigil can reach clusters, the brake releases, and the
     // others must fail a whole threshold anew before going OFFLINE.
     prober.set("b0", Behaviour::healthy());
-    wait_until(Duration::from_secs(6), "the others go OFFLINE after release", || {
-        let store = store.clone();
-        async move {
-            statuses(&store).await[1..].iter().all(|s| *s == ClusterStatus::Offline)
-        }
-    })
+    wait_until(
+        Duration::from_secs(6),
+        "the others go OFFLINE after release",
+        || {
+            let store = store.clone();
+            async move {
+                statuses(&store).await[1..]
+                    .iter()
+                    .all(|s| *s == ClusterStatus::Offline)
+            }
+        },
+    )
     .await;
     running.stop().await;
 
-    let BrakeVerdict::Released { since: Some(released) } = store.brake_state().await.unwrap().verdict else {
+    let BrakeVerdict::Released {
+        since: Some(released),
+    } = store.brake_state().await.unwrap().verdict
+    else {
         panic!("the brake released");
     };
     assert_eq!(statuses(&store).await[0], ClusterStatus::Online);
@@ -147,7 +179,14 @@ async fn the_brake_holds_through_a_restart_and_a_full_threshold_is_needed_after_
             .filter(|e| e.at >= released.0 && e.kind == "failure-counted")
             .map(|e| serde_json::from_str(&e.detail).unwrap())
             .collect();
-        let counts: Vec<u64> = counted.iter().map(|d| d["count"].as_u64().unwrap()).collect();
-        assert_eq!(&counts[..2], &[1, 2], "{name} counted from zero after release: {counts:?}");
+        let counts: Vec<u64> = counted
+            .iter()
+            .map(|d| d["count"].as_u64().unwrap())
+            .collect();
+        assert_eq!(
+            &counts[..2],
+            &[1, 2],
+            "{name} counted from zero after release: {counts:?}"
+        );
     }
 }

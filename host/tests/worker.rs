@@ -14,7 +14,13 @@ async fn register(sandbox: &Sandbox, store: &Store, names: &[String]) {
     for (i, name) in names.iter().enumerate() {
         let reference = sandbox.kubeconfig(name, 40_000 + u16::try_from(i).unwrap());
         store
-            .register_cluster(name, "https://127.0.0.1", &reference, &PolicyOverrides::default(), now())
+            .register_cluster(
+                name,
+                "https://127.0.0.1",
+                &reference,
+                &PolicyOverrides::default(),
+                now(),
+            )
             .await
             .unwrap();
     }
@@ -47,18 +53,26 @@ async fn a_hanging_cluster_times_out_while_the_others_are_probed_on_time() {
     let running = Running::start(store.clone(), prober.clone(), settings);
 
     let healthy: Vec<&String> = clusters.iter().filter(|n| *n != "c07").collect();
-    wait_until(Duration::from_secs(6), "the 19 others are probed three times", || {
-        let prober = prober.clone();
-        let healthy = healthy.clone();
-        async move { healthy.iter().all(|n| prober.call_count(n) >= 3) }
-    })
+    wait_until(
+        Duration::from_secs(6),
+        "the 19 others are probed three times",
+        || {
+            let prober = prober.clone();
+            let healthy = healthy.clone();
+            async move { healthy.iter().all(|n| prober.call_count(n) >= 3) }
+        },
+    )
     .await;
-    wait_until(Duration::from_secs(4), "the hanging probe is abandoned", || {
-        let store = store.clone();
-        async move {
-            store.cluster("c07").await.unwrap().last_outcome.as_deref() == Some("inconclusive")
-        }
-    })
+    wait_until(
+        Duration::from_secs(4),
+        "the hanging probe is abandoned",
+        || {
+            let store = store.clone();
+            async move {
+                store.cluster("c07").await.unwrap().last_outcome.as_deref() == Some("inconclusive")
+            }
+        },
+    )
     .await;
     running.stop().await;
 
@@ -80,7 +94,10 @@ async fn a_hanging_cluster_times_out_while_the_others_are_probed_on_time() {
     let hung = store.cluster("c07").await.unwrap();
     assert_eq!(hung.health.status, ClusterStatus::Unknown);
     assert_eq!(hung.last_reason_class.as_deref(), Some("plugin-fault"));
-    assert_eq!(hung.health.consecutive_failures, 0, "a hang is the probe's fault, not the cluster's");
+    assert_eq!(
+        hung.health.consecutive_failures, 0,
+        "a hang is the probe's fault, not the cluster's"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -99,17 +116,22 @@ async fn a_failing_transaction_rolls_back_that_cluster_only() {
     .unwrap();
     let prober = ScriptedProber::new(Behaviour::healthy());
     let running = Running::start(store.clone(), prober.clone(), settings(1, 2));
-    wait_until(Duration::from_secs(5), "the others are ONLINE and t02 was tried", || {
-        let store = store.clone();
-        let prober = prober.clone();
-        async move {
-            let mut all = prober.call_count("t02") >= 2;
-            for name in ["t00", "t01", "t03", "t04"] {
-                all &= store.cluster(name).await.unwrap().health.status == ClusterStatus::Online;
+    wait_until(
+        Duration::from_secs(5),
+        "the others are ONLINE and t02 was tried",
+        || {
+            let store = store.clone();
+            let prober = prober.clone();
+            async move {
+                let mut all = prober.call_count("t02") >= 2;
+                for name in ["t00", "t01", "t03", "t04"] {
+                    all &=
+                        store.cluster(name).await.unwrap().health.status == ClusterStatus::Online;
+                }
+                all
             }
-            all
-        }
-    })
+        },
+    )
     .await;
     let stats = running.stop().await;
     assert!(stats.failed >= 2, "t02's transactions failed: {stats:?}");
@@ -125,7 +147,10 @@ async fn a_failing_transaction_rolls_back_that_cluster_only() {
     );
     for name in ["t00", "t01", "t03", "t04"] {
         let events = store.events(Some(name)).await.unwrap();
-        assert!(events.iter().any(|e| e.kind == "status-changed"), "{name}: {events:?}");
+        assert!(
+            events.iter().any(|e| e.kind == "status-changed"),
+            "{name}: {events:?}"
+        );
     }
 }
 
@@ -135,7 +160,10 @@ async fn a_restart_loses_no_count_and_no_marker() {
     let store = sandbox.store().await;
     register(&sandbox, &store, &["prod".to_owned()]).await;
     for app in ["web", "api"] {
-        store.register_app(app, "prod", AppStatus::Deployed, now()).await.unwrap();
+        store
+            .register_app(app, "prod", AppStatus::Deployed, now())
+            .await
+            .unwrap();
     }
     let prober = ScriptedProber::new(Behaviour::healthy());
     let running = Running::start(store.clone(), prober.clone(), settings(1, 2));
@@ -147,7 +175,15 @@ async fn a_restart_loses_no_count_and_no_marker() {
     prober.set_all(Behaviour::refused());
     wait_until(Duration::from_secs(5), "one failure is counted", || {
         let store = store.clone();
-        async move { store.cluster("prod").await.unwrap().health.consecutive_failures == 1 }
+        async move {
+            store
+                .cluster("prod")
+                .await
+                .unwrap()
+                .health
+                .consecutive_failures
+                == 1
+        }
     })
     .await;
     running.stop().await;
@@ -203,11 +239,15 @@ async fn a_restart_probes_only_overdue_and_new_clusters() {
     register(&sandbox, &store, &clusters).await;
     let prober = ScriptedProber::new(Behaviour::healthy());
     let running = Running::start(store.clone(), prober.clone(), settings(60, 2));
-    wait_until(Duration::from_secs(5), "each cluster is probed once", || {
-        let prober = prober.clone();
-        let clusters = clusters.clone();
-        async move { clusters.iter().all(|n| prober.call_count(n) == 1) }
-    })
+    wait_until(
+        Duration::from_secs(5),
+        "each cluster is probed once",
+        || {
+            let prober = prober.clone();
+            let clusters = clusters.clone();
+            async move { clusters.iter().all(|n| prober.call_count(n) == 1) }
+        },
+    )
     .await;
     running.stop().await;
     store.close().await;
@@ -221,16 +261,24 @@ async fn a_restart_probes_only_overdue_and_new_clusters() {
         .unwrap();
     let prober = ScriptedProber::new(Behaviour::healthy());
     let running = Running::start(store.clone(), prober.clone(), settings(60, 2));
-    wait_until(Duration::from_secs(3), "the overdue cluster is probed", || {
-        let prober = prober.clone();
-        async move { prober.call_count("r02") == 1 }
-    })
+    wait_until(
+        Duration::from_secs(3),
+        "the overdue cluster is probed",
+        || {
+            let prober = prober.clone();
+            async move { prober.call_count("r02") == 1 }
+        },
+    )
     .await;
     register(&sandbox, &store, &["fresh".to_owned()]).await;
-    wait_until(Duration::from_secs(3), "a newly inserted cluster is probed at once", || {
-        let prober = prober.clone();
-        async move { prober.call_count("fresh") == 1 }
-    })
+    wait_until(
+        Duration::from_secs(3),
+        "a newly inserted cluster is probed at once",
+        || {
+            let prober = prober.clone();
+            async move { prober.call_count("fresh") == 1 }
+        },
+    )
     .await;
     // Leave time for a wrong probe to happen before counting.
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -257,7 +305,11 @@ async fn two_failures_in_the_same_second_count_once() {
     assert!(first.elapsed() < Duration::from_secs(1));
     let edge = store.cluster("edge").await.unwrap();
     assert_eq!(edge.health.consecutive_failures, 1);
-    assert_eq!(edge.health.status, ClusterStatus::Online, "threshold 2 is not reached");
+    assert_eq!(
+        edge.health.status,
+        ClusterStatus::Online,
+        "threshold 2 is not reached"
+    );
     let kinds: Vec<String> = store
         .events(Some("edge"))
         .await
@@ -309,26 +361,33 @@ async fn a_stop_during_a_tick_leaves_each_cluster_fully_updated_or_untouched() {
     running.stop().await;
 
     // Every cluster is due again, and every probe now fails slowly.
-    sqlx::query("UPDATE clusters SET next_due = 0").execute(store.pool()).await.unwrap();
+    sqlx::query("UPDATE clusters SET next_due = 0")
+        .execute(store.pool())
+        .await
+        .unwrap();
     for (i, name) in clusters.iter().enumerate() {
         let delay = Duration::from_millis(100 + 37 * (i as u64 % 9));
         prober.set(name, Behaviour::Slow(delay, refused()));
     }
     let before: Vec<_> = store.clusters().await.unwrap();
     let running = Running::start(store.clone(), prober.clone(), settings);
-    wait_until(Duration::from_secs(10), "some clusters went OFFLINE", || {
-        let store = store.clone();
-        async move {
-            store
-                .clusters()
-                .await
-                .unwrap()
-                .iter()
-                .filter(|c| c.health.status == ClusterStatus::Offline)
-                .count()
-                >= 6
-        }
-    })
+    wait_until(
+        Duration::from_secs(10),
+        "some clusters went OFFLINE",
+        || {
+            let store = store.clone();
+            async move {
+                store
+                    .clusters()
+                    .await
+                    .unwrap()
+                    .iter()
+                    .filter(|c| c.health.status == ClusterStatus::Offline)
+                    .count()
+                    >= 6
+            }
+        },
+    )
     .await;
     let stats = running.stop().await;
     assert!(stats.abandoned > 0, "the stop came mid-tick: {stats:?}");
@@ -352,5 +411,5 @@ async fn a_stop_during_a_tick_leaves_each_cluster_fully_updated_or_untouched() {
             assert!(events.iter().any(|e| e.kind == "apps-degraded"));
         }
     }
-    assert!(updated >= 6 && updated < 30, "{updated} clusters updated");
+    assert!((6..30).contains(&updated), "{updated} clusters updated");
 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use vigil::store::{StoreError, Store};
+use vigil::store::{Store, StoreError};
 use vigil::worker::{ProbeTarget, Prober, Worker, WorkerSettings, WorkerStats};
 use vigil_decision::{BrakeConfig, HealthPolicy, ProbeOutcome, ReasonClass};
 

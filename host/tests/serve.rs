@@ -1,0 +1,349 @@
+//! The `vigil` binary: discovery at start-up, the database lock, signals and
+//! settings errors. Every run has its own kubeconfig sources and database.
+
+use std::io::Read;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[path = "support/engine.rs"]
+mod support;
+
+use support::write_kubeconfig;
+
+fn vigil(dir: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_vigil"));
+    command
+        .current_dir(dir)
+        .env_clear()
+        .env("HOME", dir)
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null());
+    command
+}
+
+/// A running `vigil`, killed if the test fails before stopping it.
+struct Running(Child);
+
+impl std::ops::Deref for Running {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Running {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Waits for the child to exit, killing it past `timeout`.
+fn wait_exit(child: &mut Child, timeout: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("vigil did not exit within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn stderr_of(child: &mut Child) -> String {
+    let mut text = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut text)
+        .unwrap();
+    text
+}
+
+fn sigterm(child: &Child) {
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// Polls the database until `sql` returns `expected` (as text).
+fn wait_for_db(db: &Path, sql: &str, expected: &str) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let sql = format!("SELECT CAST(({sql}) AS TEXT)");
+    let mut got: Option<String> = None;
+    loop {
+        if db.exists() {
+            got = runtime.block_on(async {
+                let url = format!("sqlite://{}?mode=ro", db.display());
+                let pool = sqlx::SqlitePool::connect(&url).await.ok()?;
+                let value: Option<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(sql.clone()))
+                    .fetch_optional(&pool)
+                    .await
+                    .ok()
+                    .flatten();
+                pool.close().await;
+                value
+            });
+            if got.as_deref() == Some(expected) {
+                return;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "database never answered {expected:?} to {sql}; last answer {got:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn serve_discovers_a_directory_logs_probeability_and_stops_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfigs = dir.path().join("kubeconfigs");
+    std::fs::create_dir(&kubeconfigs).unwrap();
+    write_kubeconfig(&kubeconfigs.join("alpha.yaml"), "alpha", 42_001);
+    write_kubeconfig(&kubeconfigs.join("beta.yaml"), "beta", 42_002);
+    std::fs::write(
+        kubeconfigs.join("eks.yaml"),
+        "apiVersion: v1\nkind: Config\ncurrent-context: eks\nclusters:\n- name: eks\n  cluster:\n    server: https://127.0.0.1:42003\ncontexts:\n- name: eks\n  context:\n    cluster: eks\n    user: eks\nusers:\n- name: eks\n  user:\n    exec:\n      apiVersion: client.authentication.k8s.io/v1beta1\n      command: aws\n      args: [eks, get-token]\n",
+    )
+    .unwrap();
+    std::fs::write(kubeconfigs.join("broken.yaml"), "clusters: [\n").unwrap();
+
+    let mut child = vigil(dir.path())
+        .args(["serve", "--interval", "1"])
+        .env("KUBECONFIG_DIR", &kubeconfigs)
+        .stderr(Stdio::piped())
+        .spawn()
+        .map(Running)
+        .unwrap();
+    let db = dir.path().join("vigil.db");
+    wait_for_db(
+        &db,
+        "SELECT group_concat(name, ',') FROM (SELECT name FROM clusters ORDER BY name)",
+        "alpha,beta,eks",
+    );
+    wait_for_db(
+        &db,
+        "SELECT COUNT(*) FROM clusters WHERE last_probe IS NOT NULL",
+        "3",
+    );
+    // A file added while running is discovered without a restart.
+    write_kubeconfig(&kubeconfigs.join("gamma.yaml"), "gamma", 42_004);
+    wait_for_db(
+        &db,
+        "SELECT COUNT(*) FROM clusters WHERE name = 'gamma'",
+        "1",
+    );
+
+    sigterm(&child);
+    let status = wait_exit(&mut child, Duration::from_secs(10));
+    let log = stderr_of(&mut child);
+    assert!(status.success(), "exit {status:?}\n{log}");
+    assert!(
+        log.contains("broken.yaml"),
+        "the malformed file is named:\n{log}"
+    );
+    assert!(log.contains("probeable: bearer token inline"), "{log}");
+    assert!(log.contains("not probeable (exec-credentials)"), "{log}");
+    assert!(log.contains("health worker stopped"), "{log}");
+    assert!(
+        !log.contains("test-token-alpha"),
+        "no secret in the log:\n{log}"
+    );
+    wait_for_db(
+        &db,
+        "SELECT status || ' ' || json_extract(conditions, '$[0].type') FROM clusters WHERE name = 'eks'",
+        "UNKNOWN not-probeable",
+    );
+}
+
+#[test]
+fn a_second_serve_on_the_same_database_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut first = vigil(dir.path())
+        .args(["serve"])
+        .env("KUBECONFIG_PATH", dir.path().join("none.yaml"))
+        .stderr(Stdio::piped())
+        .spawn()
+        .map(Running)
+        .unwrap();
+    let db = dir.path().join("vigil.db");
+    wait_for_db(&db, "SELECT COUNT(*) FROM _sqlx_migrations", "1");
+
+    let second = vigil(dir.path())
+        .args(["serve"])
+        .env("KUBECONFIG_PATH", dir.path().join("none.yaml"))
+        .output()
+        .unwrap();
+    let message = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(3), "{message}");
+    assert!(
+        message.contains("another `vigil serve` is already running"),
+        "{message}"
+    );
+    assert!(message.contains("vigil.db.lock"), "{message}");
+
+    sigterm(&first);
+    assert!(wait_exit(&mut first, Duration::from_secs(10)).success());
+    // Once the first has stopped, the lock is free again.
+    let mut third = vigil(dir.path())
+        .args(["serve"])
+        .env("KUBECONFIG_PATH", dir.path().join("none.yaml"))
+        .stderr(Stdio::piped())
+        .spawn()
+        .map(Running)
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(
+        third.try_wait().unwrap().is_none(),
+        "the third engine runs: {}",
+        {
+            let _ = third.kill();
+            stderr_of(&mut third)
+        }
+    );
+    sigterm(&third);
+    assert!(wait_exit(&mut third, Duration::from_secs(10)).success());
+}
+
+fn check_refused(env: &[(&str, &str)], names: &[&str], absent: &[&str]) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = vigil(dir.path());
+    command.arg("serve");
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let output = command.output().unwrap();
+    let message = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{env:?}: {message}");
+    for name in names {
+        assert!(message.contains(name), "{env:?}: {name} not in {message}");
+    }
+    for secret in absent {
+        assert!(
+            !message.contains(secret),
+            "{env:?}: {secret} leaked in {message}"
+        );
+    }
+    let written: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(
+        written.is_empty(),
+        "{env:?}: nothing is written, found {written:?}"
+    );
+}
+
+#[test]
+fn an_invalid_setting_stops_start_up_naming_the_variable_and_the_value() {
+    check_refused(
+        &[("CLUSTER_HEALTH_INTERVAL", "soon")],
+        &["CLUSTER_HEALTH_INTERVAL", "soon"],
+        &[],
+    );
+    check_refused(
+        &[("CLUSTER_HEALTH_INTERVAL", "0")],
+        &["CLUSTER_HEALTH_INTERVAL", "0"],
+        &[],
+    );
+    check_refused(
+        &[("CLUSTER_HEALTH_FAILURE_THRESHOLD", "-1")],
+        &["CLUSTER_HEALTH_FAILURE_THRESHOLD", "-1"],
+        &[],
+    );
+    check_refused(
+        &[("CLUSTER_HEALTH_TIMEOUT", "ten")],
+        &["CLUSTER_HEALTH_TIMEOUT", "ten"],
+        &[],
+    );
+    check_refused(
+        &[("CLUSTER_HEALTH_CONCURRENCY", "0")],
+        &["CLUSTER_HEALTH_CONCURRENCY"],
+        &[],
+    );
+    check_refused(
+        &[("CLUSTER_HEALTH_MASS_FAILURE_RATIO", "1.5")],
+        &["CLUSTER_HEALTH_MASS_FAILURE_RATIO", "1.5"],
+        &[],
+    );
+    check_refused(
+        &[("CLUSTER_HEALTH_MASS_FAILURE_MIN", "x")],
+        &["CLUSTER_HEALTH_MASS_FAILURE_MIN", "x"],
+        &[],
+    );
+    check_refused(
+        &[("CLUSTER_HEALTH_BRAKE", "maybe")],
+        &["CLUSTER_HEALTH_BRAKE", "maybe"],
+        &[],
+    );
+    check_refused(
+        &[("CLUSTER_HEALTH_START_PERIOD", "later")],
+        &["CLUSTER_HEALTH_START_PERIOD", "later"],
+        &[],
+    );
+    check_refused(
+        &[(
+            "DATABASE_URL",
+            "postgres://vigil:hunter2@127.0.0.1:5432/vigil",
+        )],
+        &["DATABASE_URL", "postgres://vigil:***@127.0.0.1:5432/vigil"],
+        &["hunter2"],
+    );
+    check_refused(
+        &[("DATABASE_URL", "mysql://127.0.0.1/vigil")],
+        &["DATABASE_URL", "mysql://127.0.0.1/vigil"],
+        &[],
+    );
+}
+
+#[test]
+fn serve_help_lists_every_setting() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = vigil(dir.path())
+        .args(["serve", "--help"])
+        .env("DATABASE_URL", "sqlite://secret-path-hunter2.db")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success());
+    for name in [
+        "CLUSTER_HEALTH_INTERVAL",
+        "CLUSTER_HEALTH_FAILURE_THRESHOLD",
+        "CLUSTER_HEALTH_SUCCESS_THRESHOLD",
+        "CLUSTER_HEALTH_TIMEOUT",
+        "CLUSTER_HEALTH_START_PERIOD",
+        "CLUSTER_HEALTH_CONCURRENCY",
+        "CLUSTER_HEALTH_MASS_FAILURE_RATIO",
+        "CLUSTER_HEALTH_MASS_FAILURE_MIN",
+        "CLUSTER_HEALTH_MASS_FAILURE_WINDOW",
+        "CLUSTER_HEALTH_BRAKE",
+        "KUBECONFIG_PATH",
+        "KUBECONFIG_DIR",
+        "DATABASE_URL",
+        "VIGIL_LOG_FORMAT",
+    ] {
+        assert!(help.contains(name), "{name} missing from --help:\n{help}");
+    }
+    assert!(
+        !help.contains("hunter2"),
+        "the database URL's value is not shown:\n{help}"
+    );
+}
