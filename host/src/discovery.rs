@@ -898,19 +898,29 @@ pub fn watch(
     let mut debouncer =
         new_debouncer(debounce.max(MIN_DEBOUNCE), None, handler).map_err(WatchError::Start)?;
 
-    let mut targets: Vec<(PathBuf, RecursiveMode)> = Vec::new();
+    // The third field says whether a missing directory is worth a warning: the
+    // implicit default `~/.kube` may well not exist on a server.
+    let mut targets: Vec<(PathBuf, RecursiveMode, bool)> = Vec::new();
     for file in &sources.files {
         if let Some(parent) = file.path.parent()
-            && !targets.iter().any(|(path, _)| path == parent)
+            && !targets.iter().any(|(path, _, _)| path == parent)
         {
-            targets.push((parent.to_path_buf(), RecursiveMode::NonRecursive));
+            targets.push((
+                parent.to_path_buf(),
+                RecursiveMode::NonRecursive,
+                file.required,
+            ));
         }
     }
     if let Some(dir) = &sources.dir {
-        targets.push((dir.clone(), RecursiveMode::Recursive));
+        targets.push((dir.clone(), RecursiveMode::Recursive, true));
     }
     let mut watched = Vec::new();
-    for (path, mode) in targets {
+    for (path, mode, required) in targets {
+        if !path.is_dir() && !required {
+            tracing::debug!(path = %path.display(), "default kubeconfig directory does not exist; not watched");
+            continue;
+        }
         if !path.is_dir() {
             tracing::warn!(path = %path.display(), "kubeconfig directory does not exist; not watched");
             continue;
