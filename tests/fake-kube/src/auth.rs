@@ -32,7 +32,10 @@ pub struct User {
 impl User {
     /// A user with a name and groups.
     pub fn new(name: impl Into<String>, groups: &[&str]) -> Self {
-        Self { name: name.into(), groups: groups.iter().map(|g| (*g).to_owned()).collect() }
+        Self {
+            name: name.into(),
+            groups: groups.iter().map(|g| (*g).to_owned()).collect(),
+        }
     }
 
     /// The default administrator: `kubernetes-admin` in `system:masters`.
@@ -114,14 +117,31 @@ impl TokenTable {
 /// Authenticates a request from its connection's client certificate and its
 /// `Authorization` header. A valid certificate wins; then a valid token; anything else is
 /// unauthenticated.
-pub fn authenticate(peer: &PeerCertificate, authorization: Option<&[u8]>, tokens: &TokenTable) -> Authentication {
+pub fn authenticate(
+    peer: &PeerCertificate,
+    authorization: Option<&[u8]>,
+    tokens: &TokenTable,
+) -> Authentication {
     if let PeerCertificate::Valid(user) = peer {
-        return Authentication { used: AuthUsed::ClientCertificate { user: user.name.clone() }, user: Some(user.clone()) };
+        return Authentication {
+            used: AuthUsed::ClientCertificate {
+                user: user.name.clone(),
+            },
+            user: Some(user.clone()),
+        };
     }
     if let Some(token) = authorization.and_then(bearer_token) {
         return match tokens.get(token) {
-            Some(user) => Authentication { used: AuthUsed::Token { user: user.name.clone() }, user: Some(user.clone()) },
-            None => Authentication { used: AuthUsed::RejectedToken, user: None },
+            Some(user) => Authentication {
+                used: AuthUsed::Token {
+                    user: user.name.clone(),
+                },
+                user: Some(user.clone()),
+            },
+            None => Authentication {
+                used: AuthUsed::RejectedToken,
+                user: None,
+            },
         };
     }
     let used = match peer {
@@ -151,7 +171,10 @@ pub struct AccessPolicy {
 
 impl Default for AccessPolicy {
     fn default() -> Self {
-        Self { privileged_groups: vec![MASTERS_GROUP.to_owned()], privileged_users: Vec::new() }
+        Self {
+            privileged_groups: vec![MASTERS_GROUP.to_owned()],
+            privileged_users: Vec::new(),
+        }
     }
 }
 
@@ -190,16 +213,24 @@ impl RequestAttributes {
         let (group, rest) = match segments.as_slice() {
             ["api", _version, rest @ ..] if !rest.is_empty() => ("", rest),
             ["apis", group, _version, rest @ ..] if !rest.is_empty() => (*group, rest),
-            _ => return Self::NonResource { verb: method.to_ascii_lowercase(), path: path.to_owned() },
+            _ => {
+                return Self::NonResource {
+                    verb: method.to_ascii_lowercase(),
+                    path: path.to_owned(),
+                };
+            }
         };
         let (namespace, rest) = match rest {
-            ["namespaces", namespace, rest @ ..] if !rest.is_empty() => (Some((*namespace).to_owned()), rest),
+            ["namespaces", namespace, rest @ ..] if !rest.is_empty() => {
+                (Some((*namespace).to_owned()), rest)
+            }
             _ => (None, rest),
         };
         let resource = rest[0].to_owned();
         let name = rest.get(1).map(|s| (*s).to_owned());
         let subresource = rest.get(2).map(|s| (*s).to_owned());
-        let watch = query.is_some_and(|q| q.split('&').any(|kv| kv == "watch=true" || kv == "watch=1"));
+        let watch =
+            query.is_some_and(|q| q.split('&').any(|kv| kv == "watch=true" || kv == "watch=1"));
         let verb = match (method, name.is_some()) {
             ("GET" | "HEAD", true) => "get",
             ("GET" | "HEAD", false) if watch => "watch",
@@ -209,9 +240,21 @@ impl RequestAttributes {
             ("PATCH", _) => "patch",
             ("DELETE", true) => "delete",
             ("DELETE", false) => "deletecollection",
-            (other, _) => return Self::NonResource { verb: other.to_ascii_lowercase(), path: path.to_owned() },
+            (other, _) => {
+                return Self::NonResource {
+                    verb: other.to_ascii_lowercase(),
+                    path: path.to_owned(),
+                };
+            }
         };
-        Self::Resource { verb: verb.to_owned(), group: group.to_owned(), resource, subresource, namespace, name }
+        Self::Resource {
+            verb: verb.to_owned(),
+            group: group.to_owned(),
+            resource,
+            subresource,
+            namespace,
+            name,
+        }
     }
 
     /// Whether every authenticated user may make this request (Kubernetes'
@@ -221,18 +264,28 @@ impl RequestAttributes {
             Self::NonResource { verb, path } => {
                 let path = path.trim_end_matches('/');
                 verb == "get"
-                    && (matches!(path, "" | "/api" | "/apis" | "/version" | "/healthz" | "/livez" | "/readyz")
-                        || path.starts_with("/api/")
+                    && (matches!(
+                        path,
+                        "" | "/api" | "/apis" | "/version" | "/healthz" | "/livez" | "/readyz"
+                    ) || path.starts_with("/api/")
                         || path.starts_with("/apis/")
                         || path.starts_with("/healthz/")
                         || path.starts_with("/livez/")
                         || path.starts_with("/readyz/")
                         || path.starts_with("/openapi/"))
             }
-            Self::Resource { verb, group, resource, .. } => {
+            Self::Resource {
+                verb,
+                group,
+                resource,
+                ..
+            } => {
                 verb == "create"
                     && group == "authorization.k8s.io"
-                    && matches!(resource.as_str(), "selfsubjectaccessreviews" | "selfsubjectrulesreviews")
+                    && matches!(
+                        resource.as_str(),
+                        "selfsubjectaccessreviews" | "selfsubjectrulesreviews"
+                    )
             }
         }
     }
@@ -240,9 +293,22 @@ impl RequestAttributes {
     /// The message of a 403, worded as the API server words it.
     pub fn forbidden_message(&self, user: &str) -> String {
         match self {
-            Self::NonResource { verb, path } => format!("forbidden: User {user:?} cannot {verb} path {path:?}"),
-            Self::Resource { verb, group, resource, subresource, namespace, name } => {
-                let qualified = if group.is_empty() { resource.clone() } else { format!("{resource}.{group}") };
+            Self::NonResource { verb, path } => {
+                format!("forbidden: User {user:?} cannot {verb} path {path:?}")
+            }
+            Self::Resource {
+                verb,
+                group,
+                resource,
+                subresource,
+                namespace,
+                name,
+            } => {
+                let qualified = if group.is_empty() {
+                    resource.clone()
+                } else {
+                    format!("{resource}.{group}")
+                };
                 let full_resource = match subresource {
                     Some(sub) => format!("{resource}/{sub}"),
                     None => resource.clone(),
@@ -264,9 +330,16 @@ impl RequestAttributes {
 }
 
 /// Decides whether `user` may make a request; `Err` carries the 403 message.
-pub fn authorize(policy: &AccessPolicy, user: &User, attributes: &RequestAttributes) -> Result<(), String> {
+pub fn authorize(
+    policy: &AccessPolicy,
+    user: &User,
+    attributes: &RequestAttributes,
+) -> Result<(), String> {
     let privileged = policy.privileged_users.contains(&user.name)
-        || user.groups.iter().any(|group| policy.privileged_groups.contains(group));
+        || user
+            .groups
+            .iter()
+            .any(|group| policy.privileged_groups.contains(group));
     if privileged || attributes.is_public() {
         Ok(())
     } else {
@@ -290,18 +363,57 @@ mod tests {
         let cert_user = User::new("alice", &["devs"]);
         let cases: [(PeerCertificate, Option<&str>, AuthUsed); 8] = [
             (PeerCertificate::None, None, AuthUsed::Anonymous),
-            (PeerCertificate::None, Some("Bearer admin-token"), AuthUsed::Token { user: ADMIN_USER.into() }),
-            (PeerCertificate::None, Some("bearer  reader-token "), AuthUsed::Token { user: READER_WITHOUT_RBAC.into() }),
-            (PeerCertificate::None, Some("Bearer wrong"), AuthUsed::RejectedToken),
-            (PeerCertificate::None, Some("Basic YWRtaW4="), AuthUsed::Anonymous),
-            (PeerCertificate::Valid(cert_user.clone()), Some("Bearer wrong"), AuthUsed::ClientCertificate { user: "alice".into() }),
-            (PeerCertificate::Invalid, None, AuthUsed::RejectedClientCertificate),
-            (PeerCertificate::Invalid, Some("Bearer admin-token"), AuthUsed::Token { user: ADMIN_USER.into() }),
+            (
+                PeerCertificate::None,
+                Some("Bearer admin-token"),
+                AuthUsed::Token {
+                    user: ADMIN_USER.into(),
+                },
+            ),
+            (
+                PeerCertificate::None,
+                Some("bearer  reader-token "),
+                AuthUsed::Token {
+                    user: READER_WITHOUT_RBAC.into(),
+                },
+            ),
+            (
+                PeerCertificate::None,
+                Some("Bearer wrong"),
+                AuthUsed::RejectedToken,
+            ),
+            (
+                PeerCertificate::None,
+                Some("Basic YWRtaW4="),
+                AuthUsed::Anonymous,
+            ),
+            (
+                PeerCertificate::Valid(cert_user),
+                Some("Bearer wrong"),
+                AuthUsed::ClientCertificate {
+                    user: "alice".into(),
+                },
+            ),
+            (
+                PeerCertificate::Invalid,
+                None,
+                AuthUsed::RejectedClientCertificate,
+            ),
+            (
+                PeerCertificate::Invalid,
+                Some("Bearer admin-token"),
+                AuthUsed::Token {
+                    user: ADMIN_USER.into(),
+                },
+            ),
         ];
         for (peer, header, used) in cases {
             let auth = authenticate(&peer, header.map(str::as_bytes), &tokens());
             assert_eq!(auth.used, used, "{peer:?} {header:?}");
-            let authenticated = matches!(used, AuthUsed::ClientCertificate { .. } | AuthUsed::Token { .. });
+            let authenticated = matches!(
+                used,
+                AuthUsed::ClientCertificate { .. } | AuthUsed::Token { .. }
+            );
             assert_eq!(auth.user.is_some(), authenticated, "{peer:?} {header:?}");
         }
     }
@@ -309,7 +421,8 @@ mod tests {
     #[test]
     fn derives_request_attributes() {
         let check = |method: &str, path: &str, query: Option<&str>, expected: &str| {
-            let message = RequestAttributes::from_request(method, path, query).forbidden_message("bob");
+            let message =
+                RequestAttributes::from_request(method, path, query).forbidden_message("bob");
             assert_eq!(message, expected, "{method} {path}");
         };
         check(
@@ -342,7 +455,12 @@ mod tests {
             None,
             r#"pods is forbidden: User "bob" cannot deletecollection resource "pods" in API group "" in the namespace "default""#,
         );
-        check("GET", "/metrics", None, r#"forbidden: User "bob" cannot get path "/metrics""#);
+        check(
+            "GET",
+            "/metrics",
+            None,
+            r#"forbidden: User "bob" cannot get path "/metrics""#,
+        );
     }
 
     #[test]
@@ -358,12 +476,23 @@ mod tests {
             ("GET", "/apis/apps/v1", true),
             ("GET", "/api/v1/namespaces", false),
             ("GET", "/metrics", false),
-            ("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", true),
+            (
+                "POST",
+                "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+                true,
+            ),
         ];
         for (method, path, reader_allowed) in cases {
             let attributes = RequestAttributes::from_request(method, path, None);
-            assert_eq!(authorize(&policy, &reader, &attributes).is_ok(), reader_allowed, "{method} {path}");
-            assert!(authorize(&policy, &admin, &attributes).is_ok(), "{method} {path}");
+            assert_eq!(
+                authorize(&policy, &reader, &attributes).is_ok(),
+                reader_allowed,
+                "{method} {path}"
+            );
+            assert!(
+                authorize(&policy, &admin, &attributes).is_ok(),
+                "{method} {path}"
+            );
         }
     }
 }

@@ -86,7 +86,9 @@ pub enum FlapStep {
 
 /// A flap step that could not be parsed.
 #[derive(Debug, thiserror::Error)]
-#[error("unknown flap step {0:?}: expected ok, refuse, hang, hang-handshake, delay:MS or an HTTP status code 100-599")]
+#[error(
+    "unknown flap step {0:?}: expected ok, refuse, hang, hang-handshake, delay:MS or an HTTP status code 100-599"
+)]
 pub struct FlapStepError(String);
 
 impl FromStr for FlapStep {
@@ -207,7 +209,9 @@ impl FaultState {
         match &self.fault {
             // A connection can slip in between setting the fault and closing the listener.
             Fault::Refuse => AcceptAction::Reset,
-            Fault::Hang { at: HangPoint::Handshake } => AcceptAction::HangHandshake,
+            Fault::Hang {
+                at: HangPoint::Handshake,
+            } => AcceptAction::HangHandshake,
             Fault::Flap { steps } if !steps.is_empty() => {
                 let step = steps[self.cursor % steps.len()];
                 match step {
@@ -229,9 +233,14 @@ impl FaultState {
     /// Decides the fate of a request, consuming one flap step.
     pub(crate) fn on_request(&mut self) -> RequestAction {
         match &self.fault {
-            Fault::None | Fault::Hang { at: HangPoint::Handshake } => RequestAction::Proceed(None),
+            Fault::None
+            | Fault::Hang {
+                at: HangPoint::Handshake,
+            } => RequestAction::Proceed(None),
             Fault::Refuse => RequestAction::Reset,
-            Fault::Hang { at: HangPoint::Request } => RequestAction::Hang,
+            Fault::Hang {
+                at: HangPoint::Request,
+            } => RequestAction::Hang,
             Fault::Delay { ms } => RequestAction::Proceed(Some(Duration::from_millis(*ms))),
             Fault::Status { code } => RequestAction::Status(*code),
             Fault::Flap { steps } => {
@@ -266,18 +275,28 @@ mod tests {
 
     #[test]
     fn flap_steps_parse_and_print_back() {
-        for text in ["ok", "500", "401", "refuse", "hang", "hang-handshake", "delay:250"] {
+        for text in [
+            "ok",
+            "500",
+            "401",
+            "refuse",
+            "hang",
+            "hang-handshake",
+            "delay:250",
+        ] {
             let step: FlapStep = text.parse().expect("valid step");
             assert_eq!(step.to_string(), text);
         }
         for bad in ["", "okay", "99", "600", "delay:", "delay:x"] {
-            assert!(bad.parse::<FlapStep>().is_err(), "{bad:?} should be rejected");
+            assert!(
+                bad.parse::<FlapStep>().is_err(),
+                "{bad:?} should be rejected"
+            );
         }
-        assert_eq!(parse_flap("ok, 500,refuse").expect("valid"), vec![
-            FlapStep::Ok,
-            FlapStep::Status(500),
-            FlapStep::Refuse
-        ]);
+        assert_eq!(
+            parse_flap("ok, 500,refuse").expect("valid"),
+            vec![FlapStep::Ok, FlapStep::Status(500), FlapStep::Refuse]
+        );
     }
 
     #[test]
@@ -285,11 +304,21 @@ mod tests {
         let cases = [
             (Fault::None, r#"{"kind":"none"}"#),
             (Fault::Refuse, r#"{"kind":"refuse"}"#),
-            (Fault::Hang { at: HangPoint::Handshake }, r#"{"kind":"hang","at":"handshake"}"#),
-            (Fault::Delay { ms: 20 }, r#"{"kind":"delay","ms":20}"#),
-            (Fault::Status { code: 500 }, r#"{"kind":"status","code":500}"#),
             (
-                Fault::Flap { steps: vec![FlapStep::Ok, FlapStep::Status(500), FlapStep::Delay(5)] },
+                Fault::Hang {
+                    at: HangPoint::Handshake,
+                },
+                r#"{"kind":"hang","at":"handshake"}"#,
+            ),
+            (Fault::Delay { ms: 20 }, r#"{"kind":"delay","ms":20}"#),
+            (
+                Fault::Status { code: 500 },
+                r#"{"kind":"status","code":500}"#,
+            ),
+            (
+                Fault::Flap {
+                    steps: vec![FlapStep::Ok, FlapStep::Status(500), FlapStep::Delay(5)],
+                },
                 r#"{"kind":"flap","steps":["ok","500","delay:5"]}"#,
             ),
         ];
@@ -298,7 +327,12 @@ mod tests {
             assert_eq!(serde_json::from_str::<Fault>(json).expect("parses"), fault);
         }
         let default_hang: Fault = serde_json::from_str(r#"{"kind":"hang"}"#).expect("parses");
-        assert_eq!(default_hang, Fault::Hang { at: HangPoint::Request });
+        assert_eq!(
+            default_hang,
+            Fault::Hang {
+                at: HangPoint::Request
+            }
+        );
     }
 
     #[test]
@@ -306,19 +340,24 @@ mod tests {
         let steps = parse_flap("ok,500,delay:7,hang").expect("valid");
         let mut state = state(Fault::Flap { steps });
         let seen: Vec<_> = (0..6).map(|_| state.on_request()).collect();
-        assert_eq!(seen, vec![
-            RequestAction::Proceed(None),
-            RequestAction::Status(500),
-            RequestAction::Proceed(Some(Duration::from_millis(7))),
-            RequestAction::Hang,
-            RequestAction::Proceed(None),
-            RequestAction::Status(500),
-        ]);
+        assert_eq!(
+            seen,
+            vec![
+                RequestAction::Proceed(None),
+                RequestAction::Status(500),
+                RequestAction::Proceed(Some(Duration::from_millis(7))),
+                RequestAction::Hang,
+                RequestAction::Proceed(None),
+                RequestAction::Status(500),
+            ]
+        );
     }
 
     #[test]
     fn connection_steps_are_consumed_at_accept_only() {
-        let mut state = state(Fault::Flap { steps: parse_flap("ok,refuse").expect("valid") });
+        let mut state = state(Fault::Flap {
+            steps: parse_flap("ok,refuse").expect("valid"),
+        });
         // The current step is `ok`: the connection is served and the step left for its request.
         assert_eq!(state.on_accept(), AcceptAction::Serve);
         assert_eq!(state.on_accept(), AcceptAction::Serve);
@@ -334,12 +373,36 @@ mod tests {
     #[test]
     fn fixed_faults_decide_the_same_way_every_time() {
         let cases = [
-            (Fault::None, AcceptAction::Serve, RequestAction::Proceed(None)),
+            (
+                Fault::None,
+                AcceptAction::Serve,
+                RequestAction::Proceed(None),
+            ),
             (Fault::Refuse, AcceptAction::Reset, RequestAction::Reset),
-            (Fault::Hang { at: HangPoint::Handshake }, AcceptAction::HangHandshake, RequestAction::Proceed(None)),
-            (Fault::Hang { at: HangPoint::Request }, AcceptAction::Serve, RequestAction::Hang),
-            (Fault::Delay { ms: 3 }, AcceptAction::Serve, RequestAction::Proceed(Some(Duration::from_millis(3)))),
-            (Fault::Status { code: 403 }, AcceptAction::Serve, RequestAction::Status(403)),
+            (
+                Fault::Hang {
+                    at: HangPoint::Handshake,
+                },
+                AcceptAction::HangHandshake,
+                RequestAction::Proceed(None),
+            ),
+            (
+                Fault::Hang {
+                    at: HangPoint::Request,
+                },
+                AcceptAction::Serve,
+                RequestAction::Hang,
+            ),
+            (
+                Fault::Delay { ms: 3 },
+                AcceptAction::Serve,
+                RequestAction::Proceed(Some(Duration::from_millis(3))),
+            ),
+            (
+                Fault::Status { code: 403 },
+                AcceptAction::Serve,
+                RequestAction::Status(403),
+            ),
         ];
         for (fault, accept, request) in cases {
             let mut state = state(fault.clone());

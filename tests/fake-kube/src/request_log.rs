@@ -115,7 +115,11 @@ impl RequestLog {
 
     /// The entries whose path is `path` (query ignored), oldest first.
     pub fn entries_for(&self, path: &str) -> Vec<LoggedRequest> {
-        self.lock().iter().filter(|entry| entry.path == path).cloned().collect()
+        self.lock()
+            .iter()
+            .filter(|entry| entry.path == path)
+            .cloned()
+            .collect()
     }
 
     /// Forgets entries and resets the counters.
@@ -179,16 +183,24 @@ impl RequestLog {
     fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<LoggedRequest>> {
         // A panic while holding this lock cannot leave the deque inconsistent, so a poisoned
         // lock is still usable.
-        self.entries.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
 fn unix_ms<S: serde::Serializer>(at: &SystemTime, serializer: S) -> Result<S::Ok, S::Error> {
-    let ms = at.duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
+    let ms = at
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0);
     serializer.serialize_u128(ms)
 }
 
-fn opt_ms<S: serde::Serializer>(elapsed: &Option<Duration>, serializer: S) -> Result<S::Ok, S::Error> {
+fn opt_ms<S: serde::Serializer>(
+    elapsed: &Option<Duration>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
     match elapsed {
         Some(elapsed) => serializer.serialize_f64(elapsed.as_secs_f64() * 1000.0),
         None => serializer.serialize_none(),
@@ -200,7 +212,14 @@ mod tests {
     use super::*;
 
     fn arrival(path: &str) -> Arrival<'_> {
-        Arrival { method: "GET", path, query: Some("limit=1"), http_version: "HTTP/1.1", connection: 1, auth: AuthUsed::Anonymous }
+        Arrival {
+            method: "GET",
+            path,
+            query: Some("limit=1"),
+            http_version: "HTTP/1.1",
+            connection: 1,
+            auth: AuthUsed::Anonymous,
+        }
     }
 
     #[test]
@@ -211,8 +230,18 @@ mod tests {
             log.completed(seq, Some(200), Duration::from_millis(1));
         }
         assert_eq!(log.count(), 3);
-        let kept: Vec<_> = log.entries().into_iter().map(|e| (e.seq, e.path, e.status)).collect();
-        assert_eq!(kept, vec![(2, "/b".to_owned(), Some(200)), (3, "/c".to_owned(), Some(200))]);
+        let kept: Vec<_> = log
+            .entries()
+            .into_iter()
+            .map(|e| (e.seq, e.path, e.status))
+            .collect();
+        assert_eq!(
+            kept,
+            vec![
+                (2, "/b".to_owned(), Some(200)),
+                (3, "/c".to_owned(), Some(200))
+            ]
+        );
         log.clear();
         assert_eq!(log.counts(), LogCounts::default());
         assert!(log.entries().is_empty());
@@ -225,7 +254,11 @@ mod tests {
         log.completed(seq, Some(200), Duration::from_micros(1500));
         let json = serde_json::to_value(log.entries()).expect("serialises");
         assert_eq!(json[0]["elapsed_ms"], 1.5);
-        assert!(json[0]["at_unix_ms"].as_u64().is_some_and(|ms| ms > 1_600_000_000_000));
+        assert!(
+            json[0]["at_unix_ms"]
+                .as_u64()
+                .is_some_and(|ms| ms > 1_600_000_000_000)
+        );
         assert_eq!(json[0]["auth"]["kind"], "anonymous");
     }
 }

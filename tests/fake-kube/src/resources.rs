@@ -39,7 +39,7 @@ use bytes::Bytes;
 
 use self::discovery::{GroupVersion, Kind, ResourceType};
 use self::objects::{Object, Store, Stored};
-use self::request::{IncludeObject, ListQuery, Representation};
+use self::request::{ListQuery, Representation};
 use self::status::Failure;
 
 pub use self::status::status_body;
@@ -67,7 +67,9 @@ impl fmt::Debug for Fixtures {
         for kind in Kind::ALL {
             counts.field(kind.resource_type().plural, &self.store(kind).len());
         }
-        counts.field("resource_version", &self.resource_version).finish()
+        counts
+            .field("resource_version", &self.resource_version)
+            .finish()
     }
 }
 
@@ -88,9 +90,9 @@ pub enum FixtureError {
     Yaml {
         /// The file (or `<text>`) the YAML came from.
         origin: String,
-        /// The parser's error, with its location.
+        /// The parser's error, with its location (boxed: it is large).
         #[source]
-        source: serde_saphyr::Error,
+        source: Box<serde_saphyr::Error>,
     },
     /// A document is not a Kubernetes object: it is not a mapping or lacks `apiVersion`/`kind`.
     #[error("{origin}, document {document}: {problem}")]
@@ -140,10 +142,12 @@ pub enum FixtureError {
         kind: String,
     },
     /// Two manifests declare the same object.
-    #[error("{origin}: {resource} {key:?} is declared twice")]
+    #[error("{origin}, document {document}: {resource} {key:?} is declared twice")]
     Duplicate {
         /// The file (or `<text>`) of the second declaration.
         origin: String,
+        /// The second declaration's position in its file, counting from 1.
+        document: usize,
         /// The resource, e.g. `pods` or `deployments.apps`.
         resource: String,
         /// `namespace/name`, or `name` for a cluster-scoped object.
@@ -155,7 +159,10 @@ impl Fixtures {
     /// A cluster with nothing but the namespaces `default` and `kube-system`.
     #[must_use]
     pub fn empty() -> Self {
-        let mut fixtures = Self { stores: Default::default(), resource_version: 0 };
+        let mut fixtures = Self {
+            stores: Default::default(),
+            resource_version: 0,
+        };
         for name in ["default", "kube-system"] {
             fixtures.ensure_namespace(name);
         }
@@ -170,7 +177,7 @@ impl Fixtures {
     /// files are ignored. Missing server-set fields (`uid`, `resourceVersion`,
     /// `creationTimestamp`, `generation`, `namespace: default`) and the API server's defaults
     /// that printers read (`replicas: 1`, secret `type: Opaque`, namespace phase `Active`,
-    /// `stringData` folded into `data`) are filled in.
+    /// `stringData` folded into `data`) are filled in; `fixtures/README.md` lists them all.
     ///
     /// # Errors
     ///
@@ -180,8 +187,10 @@ impl Fixtures {
         collect_fixture_files(path, &mut files)?;
         let mut documents = Vec::new();
         for file in files {
-            let text = std::fs::read_to_string(&file)
-                .map_err(|source| FixtureError::Read { path: file.clone(), source })?;
+            let text = std::fs::read_to_string(&file).map_err(|source| FixtureError::Read {
+                path: file.clone(),
+                source,
+            })?;
             documents.extend(objects::parse(&text, &file.display().to_string())?);
         }
         Self::from_objects(documents)
@@ -210,18 +219,19 @@ impl Fixtures {
     /// namespace is the one served even when its manifest comes after the objects in it.
     fn from_objects(documents: Vec<objects::Parsed>) -> Result<Self, FixtureError> {
         let mut fixtures = Self::empty();
-        let (namespaces, others): (Vec<_>, Vec<_>) =
-            documents.into_iter().partition(|parsed| matches!(parsed.object, Object::Namespace(_)));
+        let (namespaces, others): (Vec<_>, Vec<_>) = documents
+            .into_iter()
+            .partition(|parsed| matches!(parsed.object, Object::Namespace(_)));
         for parsed in namespaces.into_iter().chain(others) {
-            let origin = parsed.origin.clone();
             let kind = parsed.object.kind();
-            let stored = objects::store_parsed(parsed, fixtures.next_resource_version())?;
+            let stored = objects::store(parsed.object, fixtures.next_resource_version());
             if let Some(namespace) = stored.namespace.clone() {
                 fixtures.ensure_namespace(&namespace);
             }
             if let Some(key) = fixtures.put(kind, stored, Duplicates::Refuse) {
                 return Err(FixtureError::Duplicate {
-                    origin,
+                    origin: parsed.origin,
+                    document: parsed.document,
                     resource: kind.resource_type().qualified_plural(),
                     key,
                 });
@@ -246,7 +256,7 @@ impl Fixtures {
     /// Inserts an object. With [`Duplicates::Refuse`], returns the key of an object already
     /// declared (and leaves it in place); implied namespaces are always replaceable.
     fn put(&mut self, kind: Kind, stored: Stored, duplicates: Duplicates) -> Option<String> {
-        if let Some(version) = stored.resource_version.parse::<u64>().ok() {
+        if let Ok(version) = stored.resource_version.parse::<u64>() {
             self.resource_version = self.resource_version.max(version);
         }
         let refuse = matches!(duplicates, Duplicates::Refuse);
@@ -264,6 +274,13 @@ impl Fixtures {
     }
 }
 
+impl Default for Fixtures {
+    /// The same as [`Fixtures::empty`].
+    fn default() -> Self {
+        Self::empty()
+    }
+}
+
 /// What to do when an inserted object is already there.
 #[derive(Clone, Copy, Debug)]
 enum Duplicates {
@@ -273,7 +290,10 @@ enum Duplicates {
 
 /// Lists the fixture files under `path` (or `path` itself), sorted so loading is deterministic.
 fn collect_fixture_files(path: &Path, files: &mut Vec<PathBuf>) -> Result<(), FixtureError> {
-    let read_error = |source| FixtureError::Read { path: path.to_owned(), source };
+    let read_error = |source| FixtureError::Read {
+        path: path.to_owned(),
+        source,
+    };
     let metadata = std::fs::metadata(path).map_err(read_error)?;
     if !metadata.is_dir() {
         files.push(path.to_owned());
@@ -327,7 +347,11 @@ const TEXT: &str = "text/plain; charset=utf-8";
 
 impl ApiResponse {
     fn json(body: Bytes) -> Self {
-        Self { status: 200, content_type: JSON.to_owned(), body }
+        Self {
+            status: 200,
+            content_type: JSON.to_owned(),
+            body,
+        }
     }
 }
 
@@ -364,14 +388,21 @@ fn route(fixtures: &Fixtures, request: &ApiRequest<'_>) -> Result<ApiResponse, F
         [probe @ ("readyz" | "livez" | "healthz"), check @ ..] => {
             health(probe, check, request.query)
         }
-        ["api"] => discovery_root(request, discovery::core_versions, discovery::aggregated_core),
+        ["api"] => discovery_root(
+            request,
+            discovery::core_versions,
+            discovery::aggregated_core,
+        ),
         ["apis"] => discovery_root(request, discovery::group_list, discovery::aggregated_groups),
-        ["api", "v1", rest @ ..] => serve_group_version(fixtures, request, GroupVersion::CORE, rest),
-        ["apis", group] => {
-            discovery::group(group).map(ApiResponse::json).ok_or_else(Failure::resource_not_found)
+        ["api", "v1", rest @ ..] => {
+            serve_group_version(fixtures, request, GroupVersion::CORE, rest)
         }
+        ["apis", group] => discovery::group(group)
+            .map(ApiResponse::json)
+            .ok_or_else(Failure::resource_not_found),
         ["apis", group, version, rest @ ..] => {
-            let group_version = GroupVersion::find(group, version).ok_or_else(Failure::resource_not_found)?;
+            let group_version =
+                GroupVersion::find(group, version).ok_or_else(Failure::resource_not_found)?;
             serve_group_version(fixtures, request, group_version, rest)
         }
         _ => Err(Failure::PageNotFound),
@@ -382,7 +413,9 @@ fn route(fixtures: &Fixtures, request: &ApiRequest<'_>) -> Result<ApiResponse, F
 fn health(probe: &str, check: &[&str], query: Option<&str>) -> Result<ApiResponse, Failure> {
     const CHECKS: [&str; 3] = ["ping", "log", "etcd"];
     let text = match check {
-        [] if query.is_some_and(|query| query.split('&').any(|pair| pair.starts_with("verbose"))) => {
+        [] if query
+            .is_some_and(|query| query.split('&').any(|pair| pair.starts_with("verbose"))) =>
+        {
             let mut text = String::new();
             for check in CHECKS {
                 text.push_str(&format!("[+]{check} ok\n"));
@@ -394,7 +427,11 @@ fn health(probe: &str, check: &[&str], query: Option<&str>) -> Result<ApiRespons
         [name] if CHECKS.contains(name) => "ok".to_owned(),
         _ => return Err(Failure::PageNotFound),
     };
-    Ok(ApiResponse { status: 200, content_type: TEXT.to_owned(), body: Bytes::from(text) })
+    Ok(ApiResponse {
+        status: 200,
+        content_type: TEXT.to_owned(),
+        body: Bytes::from(text),
+    })
 }
 
 /// `/api` and `/apis`: the aggregated form when asked for it, the legacy form otherwise.
@@ -403,7 +440,10 @@ fn discovery_root(
     legacy: fn() -> Bytes,
     aggregated: fn() -> Bytes,
 ) -> Result<ApiResponse, Failure> {
-    match request::negotiate(request.accept, &[Representation::Object, Representation::AggregatedDiscovery])? {
+    match request::negotiate(
+        request.accept,
+        &[Representation::Object, Representation::AggregatedDiscovery],
+    )? {
         Representation::AggregatedDiscovery => Ok(ApiResponse {
             status: 200,
             content_type: discovery::AGGREGATED_CONTENT_TYPE.to_owned(),
@@ -416,8 +456,14 @@ fn discovery_root(
 /// What a path below a group-version names.
 #[derive(Clone, Copy, Debug)]
 enum Target<'p> {
-    List { namespace: Option<&'p str> },
-    Get { namespace: Option<&'p str>, name: &'p str, subresource: Option<Subresource> },
+    List {
+        namespace: Option<&'p str>,
+    },
+    Get {
+        namespace: Option<&'p str>,
+        name: &'p str,
+        subresource: Option<Subresource>,
+    },
 }
 
 /// The subresources served.
@@ -438,11 +484,19 @@ fn serve_group_version(
         [] => return Ok(ApiResponse::json(discovery::resource_list(group_version))),
         // A namespaced path is tried first: `/api/v1/namespaces/x/status` is then the status
         // of namespace x, because `status` is no namespaced resource.
-        ["namespaces", namespace, plural, tail @ ..] if find(plural).is_some_and(|r| r.namespaced) => {
+        ["namespaces", namespace, plural, tail @ ..]
+            if find(plural).is_some_and(|r| r.namespaced) =>
+        {
             let resource = find(plural).ok_or_else(Failure::resource_not_found)?;
             let target = match tail {
-                [] => Target::List { namespace: Some(namespace) },
-                [name] => Target::Get { namespace: Some(namespace), name, subresource: None },
+                [] => Target::List {
+                    namespace: Some(namespace),
+                },
+                [name] => Target::Get {
+                    namespace: Some(namespace),
+                    name,
+                    subresource: None,
+                },
                 [name, subresource] => Target::Get {
                     namespace: Some(namespace),
                     name,
@@ -458,7 +512,11 @@ fn serve_group_version(
                 [] => Target::List { namespace: None },
                 // A namespaced object is only reachable through its namespace.
                 [_, ..] if resource.namespaced => return Err(Failure::resource_not_found()),
-                [name] => Target::Get { namespace: None, name, subresource: None },
+                [name] => Target::Get {
+                    namespace: None,
+                    name,
+                    subresource: None,
+                },
                 [name, subresource] => Target::Get {
                     namespace: None,
                     name,
@@ -480,8 +538,11 @@ fn subresource_of(resource: &ResourceType, name: &str) -> Result<Subresource, Fa
     }
 }
 
-const OBJECT_FORMS: [Representation; 3] =
-    [Representation::Object, Representation::Table, Representation::PartialObjectMetadata];
+const OBJECT_FORMS: [Representation; 3] = [
+    Representation::Object,
+    Representation::Table,
+    Representation::PartialObjectMetadata,
+];
 
 fn serve_resource(
     fixtures: &Fixtures,
@@ -505,13 +566,22 @@ fn serve_resource(
             };
             Ok(ApiResponse::json(body))
         }
-        Target::Get { namespace, name, subresource } => {
-            let stored = store.get(namespace, name).ok_or_else(|| Failure::not_found(resource, name))?;
+        Target::Get {
+            namespace,
+            name,
+            subresource,
+        } => {
+            let stored = store
+                .get(namespace, name)
+                .ok_or_else(|| Failure::not_found(resource, name))?;
             let body = match (subresource, representation) {
                 (Some(Subresource::Scale), Representation::Table) => {
                     table::scale(stored, query.include_object)
                 }
-                (Some(Subresource::Scale), _) => stored.scale.clone().ok_or_else(Failure::resource_not_found)?,
+                (Some(Subresource::Scale), _) => stored
+                    .scale
+                    .clone()
+                    .ok_or_else(Failure::resource_not_found)?,
                 (_, Representation::Table) => table::single(resource, stored, query.include_object),
                 (_, Representation::PartialObjectMetadata) => stored.partial_metadata.clone(),
                 _ => stored.json.clone(),
@@ -519,9 +589,4 @@ fn serve_resource(
             Ok(ApiResponse::json(body))
         }
     }
-}
-
-#[allow(dead_code)]
-fn _assert_include_object_used(include: IncludeObject) -> IncludeObject {
-    include
 }

@@ -15,15 +15,18 @@ use std::net::IpAddr;
 use std::sync::{Arc, OnceLock};
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose, SanType,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, SanType,
 };
 use rustls::client::danger::HandshakeSignatureValid;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::{ServerSessionMemoryCache, WebPkiClientVerifier};
-use rustls::{ClientConfig, DigitallySignedStruct, DistinguishedName as TlsName, RootCertStore, ServerConfig, SignatureScheme};
+use rustls::{
+    ClientConfig, DigitallySignedStruct, DistinguishedName as TlsName, RootCertStore, ServerConfig,
+    SignatureScheme,
+};
 
 use crate::auth::{PeerCertificate, User};
 
@@ -51,16 +54,20 @@ pub enum TlsError {
 /// The crypto provider shared by every configuration (ring).
 pub fn provider() -> Arc<CryptoProvider> {
     static PROVIDER: OnceLock<Arc<CryptoProvider>> = OnceLock::new();
-    PROVIDER.get_or_init(|| Arc::new(rustls::crypto::ring::default_provider())).clone()
+    PROVIDER
+        .get_or_init(|| Arc::new(rustls::crypto::ring::default_provider()))
+        .clone()
 }
 
 /// Fills `buf` with cryptographically secure random bytes.
 pub(crate) fn random_bytes(buf: &mut [u8]) -> Result<(), TlsError> {
-    provider().secure_random.fill(buf).map_err(|_| TlsError::Rustls(rustls::Error::FailedToGetRandomBytes))
+    provider()
+        .secure_random
+        .fill(buf)
+        .map_err(|_| TlsError::Rustls(rustls::Error::FailedToGetRandomBytes))
 }
 
 /// A certificate and its private key, PEM and DER.
-#[derive(Clone)]
 pub struct IssuedCertificate {
     certificate_pem: String,
     key_pem: String,
@@ -90,9 +97,22 @@ impl IssuedCertificate {
     }
 }
 
+impl Clone for IssuedCertificate {
+    fn clone(&self) -> Self {
+        Self {
+            certificate_pem: self.certificate_pem.clone(),
+            key_pem: self.key_pem.clone(),
+            certificate_der: self.certificate_der.clone(),
+            key_der: self.key_der.clone_key(),
+        }
+    }
+}
+
 impl fmt::Debug for IssuedCertificate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("IssuedCertificate").field("certificate_pem", &self.certificate_pem).finish_non_exhaustive()
+        f.debug_struct("IssuedCertificate")
+            .field("certificate_pem", &self.certificate_pem)
+            .finish_non_exhaustive()
     }
 }
 
@@ -110,9 +130,15 @@ impl CertificateAuthority {
         let key = KeyPair::generate().map_err(TlsError::Generate)?;
         let mut params = CertificateParams::default();
         params.distinguished_name = DistinguishedName::new();
-        params.distinguished_name.push(DnType::CommonName, common_name);
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
         let certificate = params.self_signed(&key).map_err(TlsError::Generate)?;
         Ok(Self {
             certificate_pem: certificate.pem(),
@@ -137,10 +163,19 @@ impl CertificateAuthority {
     pub fn issue_server_certificate(&self, ip: IpAddr) -> Result<IssuedCertificate, TlsError> {
         let mut params = CertificateParams::default();
         params.distinguished_name = DistinguishedName::new();
-        params.distinguished_name.push(DnType::CommonName, "kube-apiserver");
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "kube-apiserver");
         params.subject_alt_names = vec![SanType::IpAddress(ip)];
-        for dns in ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"] {
-            params.subject_alt_names.push(SanType::DnsName(dns.try_into().map_err(TlsError::Generate)?));
+        for dns in [
+            "localhost",
+            "kubernetes",
+            "kubernetes.default",
+            "kubernetes.default.svc",
+        ] {
+            params.subject_alt_names.push(SanType::DnsName(
+                dns.try_into().map_err(TlsError::Generate)?,
+            ));
         }
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
@@ -154,9 +189,13 @@ impl CertificateAuthority {
         let mut params = CertificateParams::default();
         params.distinguished_name = DistinguishedName::new();
         if let Some(group) = user.groups.first() {
-            params.distinguished_name.push(DnType::OrganizationName, group.as_str());
+            params
+                .distinguished_name
+                .push(DnType::OrganizationName, group.as_str());
         }
-        params.distinguished_name.push(DnType::CommonName, user.name.as_str());
+        params
+            .distinguished_name
+            .push(DnType::CommonName, user.name.as_str());
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         params.use_authority_key_identifier_extension = true;
@@ -165,7 +204,9 @@ impl CertificateAuthority {
 
     fn issue(&self, params: &CertificateParams) -> Result<IssuedCertificate, TlsError> {
         let key = KeyPair::generate().map_err(TlsError::Generate)?;
-        let certificate = params.signed_by(&key, &self.issuer).map_err(TlsError::Generate)?;
+        let certificate = params
+            .signed_by(&key, &self.issuer)
+            .map_err(TlsError::Generate)?;
         Ok(IssuedCertificate {
             certificate_pem: certificate.pem(),
             key_pem: key.serialize_pem(),
@@ -201,19 +242,27 @@ impl ServerTls {
         for ca in client_cas {
             roots.add(ca.clone()).map_err(TlsError::Rustls)?;
         }
-        let client_verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-            .allow_unauthenticated()
-            .build()
-            .map_err(TlsError::Verifier)?;
+        let client_verifier =
+            WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+                .allow_unauthenticated()
+                .build()
+                .map_err(TlsError::Verifier)?;
         let mut config = ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(TlsError::Rustls)?
-            .with_client_cert_verifier(Arc::new(RequestClientCertificate { inner: client_verifier.clone() }))
+            .with_client_cert_verifier(Arc::new(RequestClientCertificate {
+                inner: client_verifier.clone(),
+            }))
             .with_single_cert(vec![server.certificate_der().clone()], server.key_der())
             .map_err(TlsError::Rustls)?;
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         config.session_storage = ServerSessionMemoryCache::new(SESSION_CACHE_SIZE);
-        Ok(Self { ca, config: Arc::new(config), client_verifier, admin_client: OnceLock::new() })
+        Ok(Self {
+            ca,
+            config: Arc::new(config),
+            client_verifier,
+            admin_client: OnceLock::new(),
+        })
     }
 
     /// The administrator's client certificate, signed by the current CA.
@@ -280,29 +329,52 @@ impl ClientCertVerifier for RequestClientCertificate {
 }
 
 /// Verifies a connection's client certificate chain and reads its user (CN) and groups (O).
-pub(crate) fn identify_peer(verifier: &dyn ClientCertVerifier, chain: Option<&[CertificateDer<'_>]>) -> PeerCertificate {
+pub(crate) fn identify_peer(
+    verifier: &dyn ClientCertVerifier,
+    chain: Option<&[CertificateDer<'_>]>,
+) -> PeerCertificate {
     let Some((end_entity, intermediates)) = chain.and_then(<[_]>::split_first) else {
         return PeerCertificate::None;
     };
-    if verifier.verify_client_cert(end_entity, intermediates, UnixTime::now()).is_err() {
+    if verifier
+        .verify_client_cert(end_entity, intermediates, UnixTime::now())
+        .is_err()
+    {
         return PeerCertificate::Invalid;
     }
     let Ok((_, certificate)) = x509_parser::parse_x509_certificate(end_entity) else {
         return PeerCertificate::Invalid;
     };
     let subject = certificate.subject();
-    let Some(name) = subject.iter_common_name().next().and_then(|cn| cn.as_str().ok()) else {
+    let Some(name) = subject
+        .iter_common_name()
+        .next()
+        .and_then(|cn| cn.as_str().ok())
+    else {
         return PeerCertificate::Invalid;
     };
-    let groups = subject.iter_organization().filter_map(|o| o.as_str().ok()).map(str::to_owned).collect();
-    PeerCertificate::Valid(User { name: name.to_owned(), groups })
+    let groups = subject
+        .iter_organization()
+        .filter_map(|o| o.as_str().ok())
+        .map(str::to_owned)
+        .collect();
+    PeerCertificate::Valid(User {
+        name: name.to_owned(),
+        groups,
+    })
 }
 
 /// Reads the certificates of a PEM text.
 pub fn certificates_from_pem(pem: &str) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     use rustls::pki_types::pem::PemObject;
-    let certificates: Vec<_> = CertificateDer::pem_slice_iter(pem.as_bytes()).filter_map(Result::ok).collect();
-    if certificates.is_empty() { Err(TlsError::NoCertificate) } else { Ok(certificates) }
+    let certificates: Vec<_> = CertificateDer::pem_slice_iter(pem.as_bytes())
+        .filter_map(Result::ok)
+        .collect();
+    if certificates.is_empty() {
+        Err(TlsError::NoCertificate)
+    } else {
+        Ok(certificates)
+    }
 }
 
 /// A rustls client configuration that trusts `ca_pem` and, if given, presents a client
@@ -338,20 +410,35 @@ mod tests {
     fn client_certificates_are_identified_only_when_signed_by_a_trusted_ca() {
         let ca = Arc::new(CertificateAuthority::generate("test-ca").expect("ca"));
         let other = CertificateAuthority::generate("other-ca").expect("other ca");
-        let server = ca.issue_server_certificate("127.0.0.1".parse().expect("ip")).expect("server");
-        let tls = ServerTls::new(ca.clone(), &server, &[ca.certificate_der().clone()]).expect("tls");
+        let server = ca
+            .issue_server_certificate("127.0.0.1".parse().expect("ip"))
+            .expect("server");
+        let tls =
+            ServerTls::new(ca.clone(), &server, &[ca.certificate_der().clone()]).expect("tls");
         let alice = User::new("alice", &["devs"]);
 
         let good = ca.issue_client_certificate(&alice).expect("client");
         let chain = [good.certificate_der().clone()];
-        assert_eq!(identify_peer(tls.client_verifier.as_ref(), Some(&chain)), PeerCertificate::Valid(alice.clone()));
+        assert_eq!(
+            identify_peer(tls.client_verifier.as_ref(), Some(&chain)),
+            PeerCertificate::Valid(alice.clone())
+        );
 
         let foreign = other.issue_client_certificate(&alice).expect("client");
         let chain = [foreign.certificate_der().clone()];
-        assert_eq!(identify_peer(tls.client_verifier.as_ref(), Some(&chain)), PeerCertificate::Invalid);
+        assert_eq!(
+            identify_peer(tls.client_verifier.as_ref(), Some(&chain)),
+            PeerCertificate::Invalid
+        );
 
-        assert_eq!(identify_peer(tls.client_verifier.as_ref(), None), PeerCertificate::None);
-        assert_eq!(identify_peer(tls.client_verifier.as_ref(), Some(&[])), PeerCertificate::None);
+        assert_eq!(
+            identify_peer(tls.client_verifier.as_ref(), None),
+            PeerCertificate::None
+        );
+        assert_eq!(
+            identify_peer(tls.client_verifier.as_ref(), Some(&[])),
+            PeerCertificate::None
+        );
     }
 
     #[test]
@@ -359,6 +446,9 @@ mod tests {
         let ca = CertificateAuthority::generate("test-ca").expect("ca");
         let parsed = certificates_from_pem(ca.certificate_pem()).expect("pem");
         assert_eq!(parsed, vec![ca.certificate_der().clone()]);
-        assert!(matches!(certificates_from_pem("nothing"), Err(TlsError::NoCertificate)));
+        assert!(matches!(
+            certificates_from_pem("nothing"),
+            Err(TlsError::NoCertificate)
+        ));
     }
 }

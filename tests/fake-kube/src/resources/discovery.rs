@@ -89,7 +89,11 @@ impl ResourceType {
 
     /// The `apiVersion` field, e.g. `apps/v1` or `v1`.
     pub(crate) fn api_version(&self) -> String {
-        GroupVersion { group: self.group, version: self.version }.to_string()
+        GroupVersion {
+            group: self.group,
+            version: self.version,
+        }
+        .to_string()
     }
 }
 
@@ -234,16 +238,29 @@ impl std::fmt::Display for GroupVersion {
 }
 
 /// The named groups served, in the order `/apis` lists them.
-const GROUPS: [GroupVersion; 2] =
-    [GroupVersion { group: "apps", version: "v1" }, GroupVersion { group: "policy", version: "v1" }];
+const GROUPS: [GroupVersion; 2] = [
+    GroupVersion {
+        group: "apps",
+        version: "v1",
+    },
+    GroupVersion {
+        group: "policy",
+        version: "v1",
+    },
+];
 
 impl GroupVersion {
     /// The core group, served under `/api/v1`.
-    pub(crate) const CORE: Self = Self { group: "", version: "v1" };
+    pub(crate) const CORE: Self = Self {
+        group: "",
+        version: "v1",
+    };
 
     /// The named group-version `group/version`, if served.
     pub(crate) fn find(group: &str, version: &str) -> Option<Self> {
-        GROUPS.into_iter().find(|served| served.group == group && served.version == version)
+        GROUPS
+            .into_iter()
+            .find(|served| served.group == group && served.version == version)
     }
 
     /// The resource called `plural` in this group-version.
@@ -252,9 +269,9 @@ impl GroupVersion {
     }
 
     fn resources(self) -> impl Iterator<Item = &'static ResourceType> {
-        RESOURCE_TYPES
-            .iter()
-            .filter(move |resource| resource.group == self.group && resource.version == self.version)
+        RESOURCE_TYPES.iter().filter(move |resource| {
+            resource.group == self.group && resource.version == self.version
+        })
     }
 }
 
@@ -293,7 +310,10 @@ pub(crate) fn core_versions() -> Bytes {
     static CORE: LazyLock<Bytes> = LazyLock::new(|| {
         // A real server also lists its address per client network; clients use the address
         // they connected to, and the pure side does not know it.
-        to_json(&APIVersions { versions: vec!["v1".to_owned()], server_address_by_client_cidrs: Vec::new() })
+        to_json(&APIVersions {
+            versions: vec!["v1".to_owned()],
+            server_address_by_client_cidrs: Vec::new(),
+        })
     });
     CORE.clone()
 }
@@ -313,19 +333,30 @@ fn api_group(group_version: GroupVersion) -> APIGroup {
 
 /// `/apis`, legacy form.
 pub(crate) fn group_list() -> Bytes {
-    static GROUP_LIST: LazyLock<Bytes> =
-        LazyLock::new(|| to_json(&APIGroupList { groups: GROUPS.into_iter().map(api_group).collect() }));
+    static GROUP_LIST: LazyLock<Bytes> = LazyLock::new(|| {
+        to_json(&APIGroupList {
+            groups: GROUPS.into_iter().map(api_group).collect(),
+        })
+    });
     GROUP_LIST.clone()
 }
 
 /// `/apis/{group}`.
 pub(crate) fn group(name: &str) -> Option<Bytes> {
-    GROUPS.into_iter().find(|served| served.group == name).map(|served| to_json(&api_group(served)))
+    GROUPS
+        .into_iter()
+        .find(|served| served.group == name)
+        .map(|served| to_json(&api_group(served)))
 }
 
 /// `/api/v1` or `/apis/{group}/{version}`: the resources and subresources of a group-version.
 pub(crate) fn resource_list(group_version: GroupVersion) -> Bytes {
-    let strings = |names: &[&str]| names.iter().map(|&name| name.to_owned()).collect::<Vec<_>>();
+    let strings = |names: &[&str]| {
+        names
+            .iter()
+            .map(|&name| name.to_owned())
+            .collect::<Vec<_>>()
+    };
     let mut resources = Vec::new();
     for resource in group_version.resources() {
         resources.push(APIResource {
@@ -369,7 +400,10 @@ pub(crate) fn resource_list(group_version: GroupVersion) -> Bytes {
             });
         }
     }
-    to_json(&APIResourceList { group_version: group_version.to_string(), resources })
+    to_json(&APIResourceList {
+        group_version: group_version.to_string(),
+        resources,
+    })
 }
 
 /// `apidiscovery.k8s.io/v2` `APIGroupDiscoveryList`. k8s-openapi has no type for it, so the
@@ -444,13 +478,20 @@ fn group_discovery(group_version: GroupVersion) -> GroupDiscovery {
     let resources = group_version
         .resources()
         .map(|resource| {
-            let own_kind =
-                || ResponseKind { group: resource.group, version: resource.version, kind: resource.kind_name };
+            let own_kind = || ResponseKind {
+                group: resource.group,
+                version: resource.version,
+                kind: resource.kind_name,
+            };
             let mut subresources = Vec::new();
             if resource.has_scale {
                 subresources.push(SubresourceDiscovery {
                     subresource: "scale",
-                    response_kind: ResponseKind { group: "autoscaling", version: "v1", kind: "Scale" },
+                    response_kind: ResponseKind {
+                        group: "autoscaling",
+                        version: "v1",
+                        kind: "Scale",
+                    },
                     verbs: &["get"],
                 });
             }
@@ -464,7 +505,11 @@ fn group_discovery(group_version: GroupVersion) -> GroupDiscovery {
             ResourceDiscovery {
                 resource: resource.plural,
                 response_kind: own_kind(),
-                scope: if resource.namespaced { "Namespaced" } else { "Cluster" },
+                scope: if resource.namespaced {
+                    "Namespaced"
+                } else {
+                    "Cluster"
+                },
                 singular_resource: resource.singular,
                 verbs: &VERBS,
                 short_names: resource.short_names,
@@ -474,8 +519,15 @@ fn group_discovery(group_version: GroupVersion) -> GroupDiscovery {
         })
         .collect();
     GroupDiscovery {
-        metadata: GroupMetadata { name: group_version.group, creation_timestamp: None },
-        versions: vec![VersionDiscovery { version: group_version.version, resources, freshness: "Current" }],
+        metadata: GroupMetadata {
+            name: group_version.group,
+            creation_timestamp: None,
+        },
+        versions: vec![VersionDiscovery {
+            version: group_version.version,
+            resources,
+            freshness: "Current",
+        }],
     }
 }
 

@@ -22,7 +22,10 @@ pub(crate) enum Representation {
 /// [`Representation::Object`], which plain `application/json` and `*/*` select; media types
 /// other than JSON (protobuf, YAML, CBOR) are skipped, so a client listing JSON as a fallback
 /// gets JSON.
-pub(crate) fn negotiate(accept: Option<&str>, offered: &[Representation]) -> Result<Representation, Failure> {
+pub(crate) fn negotiate(
+    accept: Option<&str>,
+    offered: &[Representation],
+) -> Result<Representation, Failure> {
     let Some(accept) = accept.filter(|accept| !accept.trim().is_empty()) else {
         return Ok(Representation::Object);
     };
@@ -47,9 +50,11 @@ pub(crate) fn negotiate(accept: Option<&str>, offered: &[Representation]) -> Res
         let representation = match (as_kind, group, version) {
             (None, _, _) => Some(Representation::Object),
             (Some("Table"), Some("meta.k8s.io"), Some("v1")) => Some(Representation::Table),
-            (Some("PartialObjectMetadata" | "PartialObjectMetadataList"), Some("meta.k8s.io"), Some("v1")) => {
-                Some(Representation::PartialObjectMetadata)
-            }
+            (
+                Some("PartialObjectMetadata" | "PartialObjectMetadataList"),
+                Some("meta.k8s.io"),
+                Some("v1"),
+            ) => Some(Representation::PartialObjectMetadata),
             (Some("APIGroupDiscoveryList"), Some("apidiscovery.k8s.io"), Some("v2")) => {
                 Some(Representation::AggregatedDiscovery)
             }
@@ -91,13 +96,19 @@ pub(crate) struct ListQuery<'q> {
 impl<'q> ListQuery<'q> {
     pub(crate) fn parse(query: Option<&'q str>) -> Result<Self, Failure> {
         let mut parsed = Self::default();
-        for pair in query.unwrap_or_default().split('&').filter(|pair| !pair.is_empty()) {
+        for pair in query
+            .unwrap_or_default()
+            .split('&')
+            .filter(|pair| !pair.is_empty())
+        {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
             let value = percent_decode(value);
             match &*percent_decode(key) {
                 "limit" => {
                     let limit: i64 = value.parse().map_err(|_| {
-                        Failure::bad_request(format!("strconv.ParseInt: parsing {value:?}: invalid syntax"))
+                        Failure::bad_request(format!(
+                            "strconv.ParseInt: parsing {value:?}: invalid syntax"
+                        ))
                     })?;
                     parsed.limit = usize::try_from(limit).ok().filter(|&limit| limit > 0);
                 }
@@ -117,7 +128,9 @@ impl<'q> ListQuery<'q> {
                     };
                 }
                 // Go's strconv.ParseBool, which the real server uses.
-                "watch" => parsed.watch = matches!(&*value, "1" | "t" | "T" | "true" | "TRUE" | "True"),
+                "watch" => {
+                    parsed.watch = matches!(&*value, "1" | "t" | "T" | "true" | "TRUE" | "True");
+                }
                 "resourceVersion" if !value.is_empty() => parsed.resource_version = Some(value),
                 _ => {}
             }
@@ -165,7 +178,10 @@ mod tests {
 
     #[test]
     fn percent_decoding() {
-        assert_eq!(percent_decode("app%3Dweb%2Ctier+in+%28a%2Cb%29"), "app=web,tier in (a,b)");
+        assert_eq!(
+            percent_decode("app%3Dweb%2Ctier+in+%28a%2Cb%29"),
+            "app=web,tier in (a,b)"
+        );
         assert_eq!(percent_decode("plain"), "plain");
         assert_eq!(percent_decode("bad%zz%4"), "bad%zz%4");
     }
@@ -174,15 +190,25 @@ mod tests {
     fn negotiation_follows_the_accept_order() {
         let offered = [Representation::Object, Representation::Table];
         let kubectl = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
-        assert_eq!(negotiate(Some(kubectl), &offered).ok(), Some(Representation::Table));
-        assert_eq!(negotiate(Some("application/json"), &offered).ok(), Some(Representation::Object));
+        assert_eq!(
+            negotiate(Some(kubectl), &offered).ok(),
+            Some(Representation::Table)
+        );
+        assert_eq!(
+            negotiate(Some("application/json"), &offered).ok(),
+            Some(Representation::Object)
+        );
         assert_eq!(negotiate(None, &offered).ok(), Some(Representation::Object));
         assert_eq!(
             negotiate(Some("application/vnd.kubernetes.protobuf, */*"), &offered).ok(),
             Some(Representation::Object)
         );
         assert!(negotiate(Some("application/vnd.kubernetes.protobuf"), &offered).is_err());
-        let discovery = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json";
-        assert_eq!(negotiate(Some(discovery), &offered).ok(), Some(Representation::Object));
+        let discovery =
+            "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json";
+        assert_eq!(
+            negotiate(Some(discovery), &offered).ok(),
+            Some(Representation::Object)
+        );
     }
 }

@@ -63,14 +63,24 @@ pub(crate) struct Details {
 #[derive(Clone, Debug)]
 pub(crate) enum Failure {
     /// An API failure, answered with a `Status`.
-    Status { code: u16, reason: &'static str, message: String, details: Option<Details> },
+    Status {
+        code: u16,
+        reason: &'static str,
+        message: String,
+        details: Option<Details>,
+    },
     /// A path outside the API; the real server's mux answers these in plain text.
     PageNotFound,
 }
 
 impl Failure {
     fn status(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
-        Self::Status { code, reason, message: message.into(), details: None }
+        Self::Status {
+            code,
+            reason,
+            message: message.into(),
+            details: None,
+        }
     }
 
     /// `pods "x" not found`.
@@ -79,7 +89,11 @@ impl Failure {
             code: 404,
             reason: "NotFound",
             message: format!("{} \"{name}\" not found", resource.qualified_plural()),
-            details: Some(Details { name: name.to_owned(), group: resource.group, kind: resource.plural }),
+            details: Some(Details {
+                name: name.to_owned(),
+                group: resource.group,
+                kind: resource.plural,
+            }),
         }
     }
 
@@ -113,12 +127,20 @@ impl Failure {
 
     /// Anything but `GET`: the fixtures are read-only.
     pub(crate) fn method_not_allowed() -> Self {
-        Self::status(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+        Self::status(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+        )
     }
 
     /// `?watch=true`: the fixtures never change, and streaming is not implemented.
     pub(crate) fn watch_not_supported() -> Self {
-        Self::status(405, "MethodNotAllowed", "watch is not supported by the fake API server")
+        Self::status(
+            405,
+            "MethodNotAllowed",
+            "watch is not supported by the fake API server",
+        )
     }
 
     pub(crate) fn not_acceptable() -> Self {
@@ -132,10 +154,20 @@ impl Failure {
 
     pub(crate) fn into_response(self) -> ApiResponse {
         match self {
-            Self::Status { code, reason, message, details } => ApiResponse {
+            Self::Status {
+                code,
+                reason,
+                message,
+                details,
+            } => ApiResponse {
                 status: code,
                 content_type: JSON.to_owned(),
-                body: to_json(&StatusBody::failure(code, reason, &message, details.as_ref())),
+                body: to_json(&StatusBody::failure(
+                    code,
+                    reason,
+                    &message,
+                    details.as_ref(),
+                )),
             },
             Self::PageNotFound => ApiResponse {
                 status: 404,

@@ -1,0 +1,274 @@
+//! The native Rust prober of the test kit: the ADR's probe (list namespaces
+//! with `limit=1`) made directly with hyper and rustls, over a fresh TLS
+//! connection per probe so that a rotated certificate is always seen.
+//!
+//! It drives the engine in the end-to-end tests, and is the native baseline of
+//! the plugin benchmarks: a Wasm plugin probe is compared with this one.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper::Uri;
+use hyper_util::rt::TokioIo;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+use vigil::reference::{ConnectionMaterial, Material};
+use vigil::worker::{ProbeTarget, Prober};
+use vigil_decision::{ProbeOutcome, ReasonClass};
+
+/// The request every probe makes (DESIGN §1).
+pub const PROBE_PATH: &str = "/api/v1/namespaces?limit=1";
+
+/// Probes Kubernetes API servers natively, from the host-resolved kubeconfig.
+#[derive(Debug, Clone)]
+pub struct NativeProber {
+    provider: Arc<CryptoProvider>,
+}
+
+impl Default for NativeProber {
+    fn default() -> Self {
+        Self {
+            provider: Arc::new(rustls::crypto::ring::default_provider()),
+        }
+    }
+}
+
+impl Prober for NativeProber {
+    async fn probe(&self, target: &ProbeTarget) -> ProbeOutcome {
+        let Some(material) = target.connection.as_deref() else {
+            return ProbeOutcome::NotProbeable {
+                class: ReasonClass::NoPlugin,
+                message: "the native prober only probes kubeconfig file references".to_owned(),
+            };
+        };
+        match tokio::time::timeout(target.timeout, self.probe_material(material)).await {
+            Ok(outcome) => outcome,
+            Err(_) => unhealthy(
+                ReasonClass::Timeout,
+                format!("no answer within {}s", target.timeout.as_secs()),
+            ),
+        }
+    }
+}
+
+fn unhealthy(class: ReasonClass, message: String) -> ProbeOutcome {
+    ProbeOutcome::Unhealthy { class, message }
+}
+
+fn broken(message: String) -> ProbeOutcome {
+    ProbeOutcome::NotProbeable {
+        class: ReasonClass::ReferenceBroken,
+        message,
+    }
+}
+
+impl NativeProber {
+    /// One probe of the cluster the material names, without a time bound.
+    pub async fn probe_material(&self, material: &ConnectionMaterial) -> ProbeOutcome {
+        let uri: Uri = match material.server.parse() {
+            Ok(uri) => uri,
+            Err(_) => return broken(format!("server {:?} is not a URL", material.server)),
+        };
+        let Some(host) = uri.host().map(|h| h.trim_matches(['[', ']']).to_owned()) else {
+            return broken(format!("server {:?} has no host", material.server));
+        };
+        let port = uri.port_u16().unwrap_or(443);
+        let config = match self.client_config(material) {
+            Ok(config) => config,
+            Err(message) => return broken(message),
+        };
+        let token = match read_material(material.token.as_ref()) {
+            Ok(token) => token.map(|t| String::from_utf8_lossy(&t).trim().to_owned()),
+            Err(message) => return broken(message),
+        };
+        let name = material
+            .tls_server_name
+            .clone()
+            .unwrap_or_else(|| host.clone());
+        let Ok(server_name) = ServerName::try_from(name) else {
+            return broken("invalid TLS server name".to_owned());
+        };
+
+        let tcp = match TcpStream::connect((host.as_str(), port)).await {
+            Ok(tcp) => tcp,
+            Err(error) if error.kind() == std::io::ErrorKind::ConnectionRefused => {
+                return unhealthy(
+                    ReasonClass::Refused,
+                    format!("connection refused by {host}:{port}"),
+                );
+            }
+            Err(error) if error.to_string().contains("lookup") => {
+                return unhealthy(ReasonClass::Dns, format!("cannot resolve {host}: {error}"));
+            }
+            Err(error) => {
+                return unhealthy(
+                    ReasonClass::Refused,
+                    format!("cannot connect to {host}:{port}: {error}"),
+                );
+            }
+        };
+        // Without it, a fresh TLS connection plus one GET waits ~40 ms on
+        // Nagle and delayed ACKs.
+        let _ = tcp.set_nodelay(true);
+        let tls = match TlsConnector::from(Arc::new(config))
+            .connect(server_name, tcp)
+            .await
+        {
+            Ok(tls) => tls,
+            Err(error) => {
+                return unhealthy(ReasonClass::Tls, format!("TLS handshake failed: {error}"));
+            }
+        };
+        let (mut sender, connection) =
+            match hyper::client::conn::http1::handshake(TokioIo::new(tls)).await {
+                Ok(parts) => parts,
+                Err(error) => {
+                    return unhealthy(
+                        ReasonClass::BadResponse,
+                        format!("HTTP handshake failed: {error}"),
+                    );
+                }
+            };
+        let driver = tokio::spawn(connection);
+
+        let mut request = hyper::Request::get(PROBE_PATH)
+            .header(hyper::header::HOST, format!("{host}:{port}"))
+            .header(hyper::header::ACCEPT, "application/json");
+        if let Some(token) = token {
+            request = request.header(hyper::header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let Ok(request) = request.body(Empty::<Bytes>::new()) else {
+            driver.abort();
+            return broken("the token cannot be sent in an HTTP header".to_owned());
+        };
+        let outcome = match sender.send_request(request).await {
+            Ok(response) => {
+                let status = response.status();
+                // Read the body so the server sees a complete exchange.
+                let _ = response.into_body().collect().await;
+                classify(status.as_u16())
+            }
+            Err(error) => unhealthy(ReasonClass::BadResponse, format!("request failed: {error}")),
+        };
+        driver.abort();
+        outcome
+    }
+
+    fn client_config(&self, material: &ConnectionMaterial) -> Result<ClientConfig, String> {
+        let builder = ClientConfig::builder_with_provider(Arc::clone(&self.provider))
+            .with_safe_default_protocol_versions()
+            .map_err(|e| format!("TLS set-up failed: {e}"))?;
+        let builder = if material.insecure_skip_tls_verify {
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(SkipVerify(
+                    self.provider.signature_verification_algorithms,
+                )))
+        } else {
+            let mut roots = RootCertStore::empty();
+            if let Some(ca) = read_material(material.ca.as_ref())? {
+                for cert in CertificateDer::pem_slice_iter(&ca) {
+                    let cert = cert.map_err(|_| "the CA is not PEM".to_owned())?;
+                    roots
+                        .add(cert)
+                        .map_err(|_| "the CA certificate is invalid".to_owned())?;
+                }
+            }
+            builder.with_root_certificates(roots)
+        };
+        let certificate = read_material(material.client_certificate.as_ref())?;
+        let key = read_material(material.client_key.as_ref())?;
+        match (certificate, key) {
+            (Some(certificate), Some(key)) => {
+                let chain = CertificateDer::pem_slice_iter(&certificate)
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|_| "the client certificate is not PEM".to_owned())?;
+                let key = PrivateKeyDer::from_pem_slice(&key)
+                    .map_err(|_| "the client key is not PEM".to_owned())?;
+                builder
+                    .with_client_auth_cert(chain, key)
+                    .map_err(|_| "the client certificate and key do not fit".to_owned())
+            }
+            _ => Ok(builder.with_no_client_auth()),
+        }
+    }
+}
+
+/// The outcome of an HTTP status, as DESIGN §1 maps it.
+pub fn classify(status: u16) -> ProbeOutcome {
+    match status {
+        200..=299 => ProbeOutcome::Healthy,
+        401 | 403 => ProbeOutcome::CredentialsRejected {
+            message: format!("the API server answered {status}"),
+        },
+        500..=599 => unhealthy(
+            ReasonClass::ServerError,
+            format!("the API server answered {status}"),
+        ),
+        _ => unhealthy(
+            ReasonClass::BadResponse,
+            format!("the API server answered {status}"),
+        ),
+    }
+}
+
+fn read_material(material: Option<&Material>) -> Result<Option<Vec<u8>>, String> {
+    match material {
+        None => Ok(None),
+        Some(Material::Inline(bytes)) => Ok(Some(bytes.expose_secret().to_vec())),
+        // A token file is re-read at every probe: projected tokens rotate.
+        Some(Material::File(path)) => std::fs::read(path)
+            .map(Some)
+            .map_err(|e| format!("cannot read {}: {}", path.display(), e.kind())),
+    }
+}
+
+/// `insecure-skip-tls-verify`: accepts any server certificate, still checks
+/// the handshake signatures.
+#[derive(Debug)]
+struct SkipVerify(WebPkiSupportedAlgorithms);
+
+impl ServerCertVerifier for SkipVerify {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.supported_schemes()
+    }
+}
+
+/// How long the end-to-end tests let a probe take.
+pub const TEST_TIMEOUT: Duration = Duration::from_secs(1);
