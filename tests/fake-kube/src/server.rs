@@ -645,7 +645,8 @@ fn ca_name(cluster: &str, generation: u32) -> String {
 /// socket, and each connection another descriptor.
 fn raise_open_files_limit(clusters: usize) {
     match rlimit::increase_nofile_limit(u64::MAX) {
-        Ok(limit) if limit < clusters as u64 * 2 + 256 => {
+        // One descriptor per listener, plus room for connections.
+        Ok(limit) if limit < clusters as u64 + 1024 => {
             tracing::warn!(
                 limit,
                 clusters,

@@ -675,10 +675,31 @@ async fn control_api_sets_faults_rotates_and_reads_the_log() {
     server.abort();
 }
 
-/// The binary: starts, writes kubeconfigs, prints a ready line, answers on the control API.
+/// A client for a cluster of the binary, from what the control API tells.
+async fn probe_from_control(control_address: SocketAddr, name: &str) -> ProbeClient {
+    let (status, detail) =
+        control(control_address, "GET", &format!("/clusters/{name}"), None).await;
+    assert_eq!(status, 200, "{detail}");
+    let server = detail["server"].as_str().expect("server");
+    let address: SocketAddr = server
+        .trim_start_matches("https://")
+        .parse()
+        .expect("address");
+    let tls =
+        client_config(detail["ca_pem"].as_str().expect("CA"), None, &[b"http/1.1"]).expect("tls");
+    ProbeClient::new(address, tls).with_token(detail["admin_token"].as_str().expect("token"))
+}
+
+/// The binary: starts, writes kubeconfigs, loads per-cluster fixtures, stores the management
+/// Secret, prints a ready line, answers on the control API.
 #[tokio::test]
 async fn binary_prints_a_ready_line_and_serves_the_control_api() {
     let dir = tempfile::tempdir().expect("temp dir");
+    let fixtures = tempfile::tempdir().expect("temp dir");
+    let own = fixtures.path().join("cluster-00001");
+    std::fs::create_dir(&own).expect("fixture folder");
+    let namespace = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: only-on-one\n";
+    std::fs::write(own.join("ns.yaml"), namespace).expect("fixture");
     let control_address = {
         let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
         probe.local_addr().expect("address")
@@ -698,6 +719,8 @@ async fn binary_prints_a_ready_line_and_serves_the_control_api() {
             ])
             .arg("--kubeconfig-dir")
             .arg(dir.path())
+            .arg("--fixtures")
+            .arg(fixtures.path())
             .args(["--control", &control_address.to_string()])
             .args([
                 "--address-block",
@@ -737,17 +760,19 @@ async fn binary_prints_a_ready_line_and_serves_the_control_api() {
     }
     let (status, stats) = control(control_address, "GET", "/stats", None).await;
     assert_eq!((status, stats["clusters"].as_u64()), (200, Some(3)));
-    let (_, detail) = control(control_address, "GET", "/clusters/cluster-00000", None).await;
-    let token = detail["admin_token"].as_str().expect("token").to_owned();
-    let address: SocketAddr = format!("127.{block}.0.1:{port}").parse().expect("address");
-    let tls =
-        client_config(detail["ca_pem"].as_str().expect("CA"), None, &[b"http/1.1"]).expect("tls");
-    let probe = ProbeClient::new(address, tls).with_token(token);
-    let secret = probe
+
+    let management = probe_from_control(control_address, "cluster-00000").await;
+    let secret = management
         .get("/api/v1/namespaces/vigil/secrets/fleet")
         .await
         .expect("answers");
     assert_eq!(secret.status, 200, "{:?}", secret.body);
+    // Only cluster 1 has the folder of its own: it serves its namespace, the others do not.
+    let path = "/api/v1/namespaces/only-on-one";
+    let one = probe_from_control(control_address, "cluster-00001").await;
+    assert_eq!(one.get(path).await.expect("answers").status, 200);
+    let two = probe_from_control(control_address, "cluster-00002").await;
+    assert_eq!(two.get(path).await.expect("answers").status, 404);
 }
 
 /// Kills the child process even when an assertion fails first.

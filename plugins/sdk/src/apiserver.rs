@@ -1,0 +1,289 @@
+//! Requests to a Kubernetes API server, authenticated as a kubeconfig selection says.
+
+use std::fmt;
+
+use crate::credentials::{self, CredentialsError};
+use crate::http::{self, HttpError, Request, Response, TlsOptions};
+use crate::kubeconfig::{Material, Selection};
+use crate::{ProbeError, ReasonClass, SecretBytes};
+
+/// A Kubernetes API server, ready to be sent requests: its URL, the TLS options (CA, client
+/// certificate and key, server name, verification) and the headers (bearer token) of a
+/// [`Selection`], with every file it names read already.
+///
+/// ```no_run
+/// use vigil_plugin_sdk::apiserver::ApiServer;
+/// use vigil_plugin_sdk::kubeconfig::select;
+/// use vigil_plugin_sdk::{credentials, ProbeError};
+///
+/// # fn probe() -> Result<(), ProbeError> {
+/// let yaml = credentials::kubeconfig().map_err(|e| e.probe_error("the kubeconfig"))?;
+/// let selection = select(yaml.expose_secret(), None)
+///     .map_err(|e| ProbeError::not_probeable(e.class(), e.to_string()))?;
+/// let server = ApiServer::connect(&selection)?;
+/// let response = server.get("/version", None);
+/// # Ok(()) }
+/// ```
+///
+/// `Debug` shows the URL and which credentials are set, never their values.
+#[derive(Clone)]
+pub struct ApiServer {
+    base_url: String,
+    tls: Option<TlsOptions>,
+    headers: Vec<(String, String)>,
+}
+
+impl ApiServer {
+    /// Reads what `selection` needs through [`credentials::read_file`] and prepares the
+    /// requests.
+    ///
+    /// A file that is missing or unusable, an empty token file, or material that is not PEM
+    /// makes the cluster not probeable (`reference-broken`); a read the host denies makes the
+    /// probe inconclusive (`denied`).
+    pub fn connect(selection: &Selection) -> Result<Self, ProbeError> {
+        Self::connect_with(selection, credentials::read_file)
+    }
+
+    /// [`ApiServer::connect`] with another way to read files: `read_file` gets each path as
+    /// written in the kubeconfig. For tests, and for plugins that find files elsewhere.
+    pub fn connect_with(
+        selection: &Selection,
+        mut read_file: impl FnMut(&str) -> Result<SecretBytes, CredentialsError>,
+    ) -> Result<Self, ProbeError> {
+        let mut load =
+            |material: &Option<Material>, what: &str| -> Result<Option<SecretBytes>, ProbeError> {
+                match material {
+                    None => Ok(None),
+                    Some(Material::Inline(bytes)) => Ok(Some(bytes.clone())),
+                    Some(Material::File(path)) => read_file(path)
+                        .map(Some)
+                        .map_err(|error| error.probe_error(&format!("the {what} file {path}"))),
+                }
+            };
+        let ca = load(&selection.ca, "certificate-authority")?;
+        let client_certificate = load(&selection.client_certificate, "client-certificate")?;
+        let client_key = load(&selection.client_key, "client-key")?;
+        let token = load(&selection.token, "token")?;
+
+        for (bytes, what) in [
+            (&ca, "certificate authority"),
+            (&client_certificate, "client certificate"),
+            (&client_key, "client key"),
+        ] {
+            if let Some(bytes) = bytes
+                && !looks_like_pem(bytes.expose_secret())
+            {
+                return Err(broken(format!(
+                    "the {what} of user {:?} / cluster {:?} is not PEM",
+                    selection.user.as_deref().unwrap_or_default(),
+                    selection.cluster
+                )));
+            }
+        }
+
+        let mut headers = vec![("Accept".to_owned(), "application/json".to_owned())];
+        if let Some(token) = token {
+            headers.push((
+                "Authorization".to_owned(),
+                format!("Bearer {}", bearer_token(&token, selection)?),
+            ));
+        }
+        let https = selection
+            .server
+            .get(..8)
+            .is_some_and(|scheme| scheme.eq_ignore_ascii_case("https://"));
+        let tls = https.then(|| TlsOptions {
+            ca_pem: ca.map(SecretBytes::into_exposed),
+            client_certificate_pem: client_certificate.map(SecretBytes::into_exposed),
+            client_key_pem: client_key.map(SecretBytes::into_exposed),
+            server_name: selection.tls_server_name.clone(),
+            insecure_skip_verify: selection.insecure_skip_tls_verify,
+        });
+        Ok(Self {
+            base_url: selection.server.trim_end_matches('/').to_owned(),
+            tls,
+            headers,
+        })
+    }
+
+    /// The server's URL, without a trailing `/`.
+    pub fn base_url(&self) -> &str {
+        &self.base_url
+    }
+
+    /// The absolute URL of `path_and_query` (which starts with `/`) on this server. A
+    /// server URL with a path (a proxy's `https://proxy/k8s/clusters/c-1`) keeps it.
+    pub fn url(&self, path_and_query: &str) -> String {
+        format!("{}{path_and_query}", self.base_url)
+    }
+
+    /// A request for `path_and_query`, with this server's TLS options and headers.
+    pub fn request(&self, method: &str, path_and_query: &str) -> Request {
+        Request {
+            method: method.to_owned(),
+            url: self.url(path_and_query),
+            headers: self.headers.clone(),
+            body: None,
+            tls: self.tls.clone(),
+            timeout_ms: None,
+        }
+    }
+
+    /// `GET`s `path_and_query`, bounded by `timeout_ms` if given (and always by what is left
+    /// of the probe's budget).
+    pub fn get(
+        &self,
+        path_and_query: &str,
+        timeout_ms: Option<u32>,
+    ) -> Result<Response, HttpError> {
+        let mut request = self.request("GET", path_and_query);
+        request.timeout_ms = timeout_ms;
+        http::send(&request)
+    }
+}
+
+impl fmt::Debug for ApiServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let tls = self.tls.as_ref().map(|tls| {
+            format!(
+                "ca: {}, client certificate: {}, server name: {:?}, insecure: {}",
+                tls.ca_pem.is_some(),
+                tls.client_certificate_pem.is_some(),
+                tls.server_name,
+                tls.insecure_skip_verify
+            )
+        });
+        let header_names: Vec<&str> = self.headers.iter().map(|(name, _)| name.as_str()).collect();
+        f.debug_struct("ApiServer")
+            .field("base_url", &self.base_url)
+            .field("tls", &tls)
+            .field("headers", &header_names)
+            .finish()
+    }
+}
+
+fn broken(message: String) -> ProbeError {
+    ProbeError::not_probeable(ReasonClass::ReferenceBroken, message)
+}
+
+/// Whether bytes look like PEM: a `-----BEGIN ` line. A cheap check that turns a wrong file
+/// into `reference-broken` here instead of a TLS failure that would blame the cluster.
+fn looks_like_pem(bytes: &[u8]) -> bool {
+    bytes.windows(11).any(|window| window == b"-----BEGIN ")
+}
+
+/// The token as sent: a token file's content without surrounding white space (client-go
+/// trims it too); refused when empty or when it could break the header.
+fn bearer_token(token: &SecretBytes, selection: &Selection) -> Result<String, ProbeError> {
+    let owner = format!(
+        "user {:?} of context {:?}",
+        selection.user.as_deref().unwrap_or_default(),
+        selection.context
+    );
+    let text = std::str::from_utf8(token.expose_secret())
+        .map_err(|_| broken(format!("the bearer token of {owner} is not text")))?
+        .trim();
+    if text.is_empty() {
+        return Err(broken(format!("the bearer token of {owner} is empty")));
+    }
+    if text.chars().any(char::is_control) {
+        return Err(broken(format!(
+            "the bearer token of {owner} contains control characters"
+        )));
+    }
+    Ok(text.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kubeconfig::select;
+
+    const PEM: &[u8] = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+
+    fn kubeconfig(server: &str, cluster: &str, user: &str) -> Vec<u8> {
+        format!(
+            "clusters: [{{name: c, cluster: {{server: '{server}', {cluster}}}}}]\nusers: [{{name: u, user: {{{user}}}}}]\ncontexts: [{{name: x, context: {{cluster: c, user: u}}}}]\ncurrent-context: x\n"
+        )
+        .into_bytes()
+    }
+
+    fn files(path: &str) -> Result<SecretBytes, CredentialsError> {
+        match path {
+            "ca.crt" | "client.crt" | "client.key" => Ok(SecretBytes::new(PEM.to_vec())),
+            "token" => Ok(SecretBytes::new(b" vigil-fake-file-token \n".to_vec())),
+            "empty-token" => Ok(SecretBytes::new(b"\n".to_vec())),
+            "not-pem" => Ok(SecretBytes::new(b"garbage".to_vec())),
+            "denied" => Err(CredentialsError::Denied("no".into())),
+            _ => Err(CredentialsError::NotFound(path.into())),
+        }
+    }
+
+    fn connect(server: &str, cluster: &str, user: &str) -> Result<ApiServer, ProbeError> {
+        let selection = select(&kubeconfig(server, cluster, user), None).expect("selects");
+        ApiServer::connect_with(&selection, files)
+    }
+
+    fn class(result: Result<ApiServer, ProbeError>) -> (bool, ReasonClass) {
+        match result.expect_err("fails") {
+            ProbeError::NotProbeable(f) => (true, f.class),
+            ProbeError::Inconclusive(f) => (false, f.class),
+        }
+    }
+
+    #[test]
+    fn files_are_read_and_tls_and_headers_built() {
+        let server = connect(
+            "https://127.0.0.1:6443/",
+            "certificate-authority: ca.crt, tls-server-name: kubernetes",
+            "client-certificate: client.crt, client-key: client.key, tokenFile: token",
+        )
+        .expect("connects");
+        let request = server.request("GET", "/api/v1/namespaces?limit=1");
+        assert_eq!(
+            request.url,
+            "https://127.0.0.1:6443/api/v1/namespaces?limit=1"
+        );
+        let tls = request.tls.expect("tls");
+        assert_eq!(tls.ca_pem.as_deref(), Some(PEM));
+        assert_eq!(tls.client_key_pem.as_deref(), Some(PEM));
+        assert_eq!(tls.server_name.as_deref(), Some("kubernetes"));
+        assert!(!tls.insecure_skip_verify);
+        assert!(request.headers.contains(&(
+            "Authorization".into(),
+            "Bearer vigil-fake-file-token".into()
+        )));
+        let shown = format!("{server:?}");
+        assert!(
+            !shown.contains("vigil-fake") && !shown.contains("BEGIN"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn plain_http_servers_get_no_tls_options() {
+        let server = connect("http://127.0.0.1:8080", "", "token: vigil-fake-t").expect("connects");
+        assert_eq!(server.request("GET", "/").tls, None);
+    }
+
+    #[test]
+    fn unusable_material_is_reported_with_the_right_outcome() {
+        let https = "https://127.0.0.1:6443";
+        assert_eq!(
+            class(connect(https, "certificate-authority: gone", "")),
+            (true, ReasonClass::ReferenceBroken)
+        );
+        assert_eq!(
+            class(connect(https, "certificate-authority: denied", "")),
+            (false, ReasonClass::Denied)
+        );
+        assert_eq!(
+            class(connect(https, "certificate-authority: not-pem", "")),
+            (true, ReasonClass::ReferenceBroken)
+        );
+        assert_eq!(
+            class(connect(https, "", "tokenFile: empty-token")),
+            (true, ReasonClass::ReferenceBroken)
+        );
+    }
+}

@@ -1,0 +1,81 @@
+//! Reading the probed cluster's credentials (the `credentials` host interface; needs
+//! `credentials = true` in the plugin's `NAME.toml`).
+//!
+//! A plugin gets exactly what the cluster's reference names and nothing else: the kubeconfig
+//! itself ([`kubeconfig`]), the files its selected context names ([`read_file`], by the path
+//! as written in the kubeconfig) and the cluster's credential parameters ([`parameter`]).
+//! Everything comes back as [`SecretBytes`], which never prints itself.
+
+use crate::bindings::vigil::plugin::credentials as imported;
+use crate::{ProbeError, ReasonClass, SecretBytes};
+
+pub use imported::CredentialsError;
+
+/// The kubeconfig named by the cluster's reference: the file of a file reference (vigil
+/// serves it only if it parses as a kubeconfig), or the Secret key of a `secret://`
+/// reference.
+pub fn kubeconfig() -> Result<SecretBytes, CredentialsError> {
+    imported::kubeconfig().map(SecretBytes::new)
+}
+
+/// A file that the kubeconfig's selected context names — certificate authority, client
+/// certificate or key, token file — by the path written in the kubeconfig. vigil resolves a
+/// relative path against the kubeconfig's directory, as kubectl does, and denies any path
+/// the selected context does not name.
+pub fn read_file(path: &str) -> Result<SecretBytes, CredentialsError> {
+    imported::read_file(path).map(SecretBytes::new)
+}
+
+/// The value of one of the cluster's credential parameters (e.g. a header's token), which
+/// vigil resolves from the reference it is stored as.
+pub fn parameter(name: &str) -> Result<SecretBytes, CredentialsError> {
+    imported::parameter(name).map(SecretBytes::new)
+}
+
+impl CredentialsError {
+    /// The host's explanation.
+    pub fn message(&self) -> &str {
+        match self {
+            Self::Denied(message) | Self::NotFound(message) | Self::Invalid(message) => message,
+        }
+    }
+
+    /// What a probe should return when a read it needs fails: a missing or unusable file,
+    /// Secret or key makes the reference broken ([`ProbeError::not_probeable`],
+    /// [`ReasonClass::ReferenceBroken`]); a denied read is the plugin's problem, not the
+    /// cluster's ([`ProbeError::inconclusive`], [`ReasonClass::Denied`]). `what` names what
+    /// was read, e.g. `the client key file ./client.key`.
+    pub fn probe_error(&self, what: &str) -> ProbeError {
+        match self {
+            Self::Denied(message) => ProbeError::inconclusive(
+                ReasonClass::Denied,
+                format!("vigil refused to serve {what}: {message}"),
+            ),
+            Self::NotFound(message) => ProbeError::not_probeable(
+                ReasonClass::ReferenceBroken,
+                format!("{what} does not exist: {message}"),
+            ),
+            Self::Invalid(message) => ProbeError::not_probeable(
+                ReasonClass::ReferenceBroken,
+                format!("{what} is not usable: {message}"),
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn denied_reads_are_inconclusive_and_missing_ones_break_the_reference() {
+        let denied = CredentialsError::Denied("not named".to_owned()).probe_error("f");
+        assert!(
+            matches!(denied, ProbeError::Inconclusive(ref f) if f.class == ReasonClass::Denied)
+        );
+        let missing = CredentialsError::NotFound("gone".to_owned()).probe_error("f");
+        assert!(
+            matches!(missing, ProbeError::NotProbeable(ref f) if f.class == ReasonClass::ReferenceBroken)
+        );
+    }
+}

@@ -1,0 +1,222 @@
+//! Load benchmark of the fake Kubernetes API server: starts `fake-kube` with N
+//! clusters as its own process, probes them round-robin with the native
+//! prober (a fresh TLS connection per request, as every vigil probe makes),
+//! and reports requests per second and the server's CPU and memory, so that
+//! other benchmarks can subtract the fake server's own cost.
+//!
+//! ```text
+//! cargo build --release -p vigil-fake-kube -p vigil-e2e
+//! target/release/fake-kube-load --clusters 10000 --seconds 20 --concurrency 32
+//! ```
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use vigil::discovery::{Sources, discover};
+use vigil::reference::{ConnectionMaterial, Reference, Resolution, resolve};
+use vigil_decision::ProbeOutcome;
+use vigil_e2e::NativeProber;
+
+struct Options {
+    clusters: usize,
+    seconds: u64,
+    concurrency: usize,
+    server: PathBuf,
+}
+
+fn options() -> Result<Options, String> {
+    let mut options = Options {
+        clusters: 10_000,
+        seconds: 20,
+        concurrency: 32,
+        server: std::env::current_exe()
+            .map_err(|e| e.to_string())?
+            .with_file_name("fake-kube"),
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        let value = args.next().ok_or(format!("{flag} needs a value"))?;
+        let number = || {
+            value
+                .parse::<u64>()
+                .map_err(|_| format!("{flag}: not a number: {value}"))
+        };
+        match flag.as_str() {
+            "--clusters" => options.clusters = number()? as usize,
+            "--seconds" => options.seconds = number()?,
+            "--concurrency" => options.concurrency = number()? as usize,
+            "--server" => options.server = PathBuf::from(value),
+            _ => return Err(format!("unknown flag {flag}")),
+        }
+    }
+    Ok(options)
+}
+
+/// Kills the server when the benchmark ends, however it ends.
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// CPU time (user + system) of a process, from /proc, in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces) start after ')'.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest)
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 of the whole line: 11 and 12 here.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// A `/proc/PID/status` memory line in MiB (VmRSS, VmHWM).
+fn memory_mib(pid: u32, field: &str) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find(|line| line.starts_with(field))
+        .and_then(|line| line.split_whitespace().nth(1))
+        .and_then(|kib| kib.parse::<f64>().ok())
+        .map_or(0.0, |kib| kib / 1024.0)
+}
+
+fn materials(dir: &Path) -> Vec<ConnectionMaterial> {
+    let report = discover(&Sources::new([], Some(dir.to_path_buf())));
+    report
+        .clusters
+        .iter()
+        .filter_map(|c| match resolve(&Reference::parse(&c.reference).ok()?) {
+            Resolution::Connection(material) => Some(*material),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() -> Result<(), String> {
+    let options = options()?;
+    let dir = std::env::temp_dir().join(format!("fake-kube-load-{}", std::process::id()));
+    let started = Instant::now();
+    let mut child = Command::new(&options.server)
+        .args(["--clusters", &options.clusters.to_string()])
+        .args([
+            "--shape",
+            "token",
+            "--address-block",
+            "77",
+            "--port",
+            "6443",
+        ])
+        .args(["--control", "127.0.0.1:0"])
+        .arg("--kubeconfig-dir")
+        .arg(&dir)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", options.server.display()))?;
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let server = Server(child);
+    let pid = server.0.id();
+    let mut ready = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut ready)
+        .map_err(|e| e.to_string())?;
+    let startup = started.elapsed();
+    let idle_rss = memory_mib(pid, "VmRSS:");
+    let startup_cpu = cpu_seconds(pid);
+
+    let materials = Arc::new(materials(&dir));
+    if materials.len() != options.clusters {
+        return Err(format!(
+            "{} kubeconfigs resolved of {}",
+            materials.len(),
+            options.clusters
+        ));
+    }
+    let prober = NativeProber::default();
+    let ok = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
+    let next = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let cpu_before = cpu_seconds(pid);
+    let load_started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..options.concurrency {
+        let (materials, prober, ok, failed, next, stop) = (
+            Arc::clone(&materials),
+            prober.clone(),
+            Arc::clone(&ok),
+            Arc::clone(&failed),
+            Arc::clone(&next),
+            Arc::clone(&stop),
+        );
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let i = next.fetch_add(1, Ordering::Relaxed) as usize % materials.len();
+                match prober.probe_material(&materials[i]).await {
+                    ProbeOutcome::Healthy => ok.fetch_add(1, Ordering::Relaxed),
+                    _ => failed.fetch_add(1, Ordering::Relaxed),
+                };
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(options.seconds)).await;
+    stop.store(true, Ordering::Relaxed);
+    for task in tasks {
+        let _ = task.await;
+    }
+    let wall = load_started.elapsed().as_secs_f64();
+    let server_cpu = cpu_seconds(pid) - cpu_before;
+    let requests = ok.load(Ordering::Relaxed);
+    let errors = failed.load(Ordering::Relaxed);
+    let loaded_rss = memory_mib(pid, "VmRSS:");
+    let peak_rss = memory_mib(pid, "VmHWM:");
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+
+    println!("| measure | value |");
+    println!("|---|---|");
+    println!("| clusters | {} |", options.clusters);
+    println!(
+        "| start-up until ready (s) | {:.2} |",
+        startup.as_secs_f64()
+    );
+    println!("| server CPU during start-up (s) | {startup_cpu:.2} |");
+    println!("| server RSS when ready (MiB) | {idle_rss:.0} |");
+    println!("| client concurrency | {} |", options.concurrency);
+    println!("| namespace lists answered 200 | {requests} in {wall:.1} s |");
+    println!("| failed requests | {errors} |");
+    println!(
+        "| requests per second (fresh TLS each) | {:.0} |",
+        requests as f64 / wall
+    );
+    println!("| server CPU (cores busy) | {:.2} |", server_cpu / wall);
+    println!(
+        "| server CPU per request (µs) | {:.0} |",
+        server_cpu * 1e6 / requests.max(1) as f64
+    );
+    println!("| server RSS under load / peak (MiB) | {loaded_rss:.0} / {peak_rss:.0} |");
+    println!("\nready line: {}", ready.trim());
+    if errors > 0 {
+        return Err(format!("{errors} requests failed"));
+    }
+    Ok(())
+}
