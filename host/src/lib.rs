@@ -5,6 +5,7 @@ pub mod cli;
 pub mod discovery;
 pub mod lock;
 pub mod reference;
+pub mod runtime;
 pub mod serve;
 pub mod store;
 pub mod worker;

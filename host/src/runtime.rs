@@ -1,0 +1,814 @@
+//! The plugin runtime: the only code that knows wasmtime (DESIGN §4).
+//!
+//! [`PluginRuntime::load`] compiles every `NAME.wasm` of the plugin directory (through a
+//! compiled-code cache), checks the world and contract version it targets, reads its
+//! `NAME.toml` grants, and asks it `info()` under a deadline. A file that fails any step
+//! is refused with its name and reason; the others still load.
+//!
+//! Each call then runs in a fresh store: a WASI context with no files, environment or
+//! sockets, a limiter summing the instance's memories and tables against the plugin's
+//! cap, an epoch deadline for the guest's CPU and tokio timeouts around the call and
+//! every host call. [`PluginRuntime`] implements [`Prober`]: it routes a cluster to a
+//! plugin (DESIGN §4 routing) and maps what the call did to a [`ProbeOutcome`] by the
+//! rules of DESIGN §1 (see `runtime/outcome.rs`).
+//!
+//! The `wasi:http` client is not linked yet: plugins use the contract's `http`
+//! interface.
+
+mod bindings;
+mod cache;
+mod egress;
+mod engine;
+mod manifest;
+mod outcome;
+mod sandbox;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use tracing::{Instrument, debug, info, info_span, warn};
+use vigil_decision::{ClusterId, ProbeOutcome, ReasonClass};
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::{Store, Trap, UpdateDeadline};
+
+use self::bindings::vigil::plugin::types;
+use self::bindings::{Probe, ProbePre};
+use self::cache::CodeCache;
+use self::egress::HttpClient;
+use self::engine::SharedEngine;
+use self::outcome::CallEnd;
+use self::sandbox::{CallCluster, CallState};
+use crate::reference::Reference;
+use crate::worker::{ProbeTarget, Prober};
+
+pub use self::cache::CacheStatus;
+pub use self::egress::MAX_RESPONSE_BODY_BYTES;
+pub use self::manifest::{DEFAULT_MEMORY_MIB, MAX_MEMORY_MIB, Manifest};
+pub use self::outcome::{MAX_DETAIL_BYTES, MAX_DETAILS, MAX_MESSAGE_BYTES};
+pub use self::sandbox::{
+    CallRecord, LimitHit, MAX_CREDENTIAL_FILE_BYTES, MAX_GUEST_OUTPUT_BYTES,
+    MAX_LOG_LINES_PER_CALL, MAX_LOG_MESSAGE_BYTES,
+};
+
+/// The contract version this runtime runs (`wit/since_v0.1.0`).
+pub const SUPPORTED_CONTRACT: &str = "vigil:plugin@0.1.0";
+
+/// The largest plugin file read; a bigger one is refused unread.
+pub const MAX_PLUGIN_FILE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// How long `info()` may take when a plugin is loaded.
+pub const INFO_DEADLINE: Duration = Duration::from_secs(2);
+
+/// How long `accepts` may take when a cluster is routed.
+pub const ACCEPTS_DEADLINE: Duration = Duration::from_secs(1);
+
+/// What a call may run past its budget before it is stopped: enough for a plugin that
+/// got `timeout` from its last request to report it, well within the worker's grace.
+const CALL_GRACE: Duration = Duration::from_millis(200);
+
+/// How many epoch ticks a guest runs between two yields to the executor, so that a
+/// guest spinning in a loop never holds a tokio worker thread for its whole deadline.
+const YIELD_TICKS: u64 = 5;
+
+/// The contract's package name, without version.
+const CONTRACT_PACKAGE: &str = "vigil:plugin";
+
+/// The contract's version this runtime runs.
+const CONTRACT_VERSION: &str = "0.1.0";
+
+/// How the runtime is set up; every path is handed in (the binary reads the
+/// environment, `VIGIL_PLUGIN_DIR` and `VIGIL_CACHE_DIR`).
+#[derive(Debug, Clone)]
+pub struct RuntimeSettings {
+    /// The plugin directory (`NAME.wasm` and optional `NAME.toml`).
+    pub plugin_dir: PathBuf,
+    /// The compiled-code cache directory; `None` disables the cache.
+    pub cache_dir: Option<PathBuf>,
+    /// How many plugin calls may run at once (probes plus audits): sizes the pool.
+    pub concurrency: u32,
+}
+
+/// Why the runtime could not start at all (a single bad plugin never is one).
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// The plugin directory cannot be listed.
+    #[error("cannot read the plugin directory {dir}")]
+    PluginDir {
+        /// The directory.
+        dir: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// wasmtime refused the engine configuration.
+    #[error("cannot create the WebAssembly engine: {0}")]
+    Engine(String),
+}
+
+/// Why one plugin file was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// The file cannot be read.
+    #[error("cannot be read: {0}")]
+    Unreadable(String),
+    /// The file is not WebAssembly at all.
+    #[error("is not a WebAssembly component")]
+    NotWasm,
+    /// The file is a core module, not a component.
+    #[error("is a core WebAssembly module, not a component (build for wasm32-wasip2)")]
+    CoreModule,
+    /// The component does not compile (truncated, corrupt, unsupported features).
+    #[error("is not a valid component: {0}")]
+    Invalid(String),
+    /// The component targets a contract version this runtime does not run.
+    #[error(
+        "targets {package}@{version}, which this vigil does not support (it runs {SUPPORTED_CONTRACT})"
+    )]
+    UnsupportedVersion {
+        /// The package named, e.g. `vigil:plugin`.
+        package: String,
+        /// The version named, e.g. `0.9.0`.
+        version: String,
+    },
+    /// The component exports no world of the contract.
+    #[error("does not target the probe world of {SUPPORTED_CONTRACT} (exports: {exports})")]
+    WrongWorld {
+        /// The component's export names, comma-separated.
+        exports: String,
+    },
+    /// An audit plugin: the audit world is recognised but not run by this version.
+    #[error("targets the audit world, which this vigil does not run yet")]
+    AuditNotRunYet,
+    /// The component imports something the host does not provide.
+    #[error("imports what vigil does not provide: {0}")]
+    Link(String),
+    /// `NAME.toml` is invalid.
+    #[error("has an invalid manifest: {0}")]
+    Manifest(String),
+    /// `info()` trapped, overran its deadline or answered nonsense.
+    #[error("did not answer info(): {0}")]
+    Info(String),
+}
+
+/// A plugin file that was refused, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("plugin {file} {reason}")]
+pub struct RefusedPlugin {
+    /// The file.
+    pub file: PathBuf,
+    /// Why.
+    pub reason: Refusal,
+}
+
+/// Who a loaded plugin is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginSummary {
+    /// The plugin's name in vigil: the file name without `.wasm`.
+    pub name: String,
+    /// The file it was loaded from.
+    pub file: PathBuf,
+    /// The name the plugin gives itself.
+    pub self_name: String,
+    /// The plugin's version.
+    pub version: String,
+    /// The reference schemes it says it handles.
+    pub schemes: Vec<String>,
+    /// What it does.
+    pub description: String,
+    /// Its routing priority.
+    pub priority: i32,
+    /// Whether the compiled-code cache already held it.
+    pub cache: CacheStatus,
+}
+
+/// What [`PluginRuntime::load`] did with each file.
+#[derive(Debug, Clone, Default)]
+pub struct LoadReport {
+    /// The plugins loaded, in routing order (priority, then name).
+    pub loaded: Vec<PluginSummary>,
+    /// The files refused, each with its reason.
+    pub refused: Vec<RefusedPlugin>,
+}
+
+/// A plugin's call counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PluginStats {
+    /// Probe calls made.
+    pub probes: u64,
+    /// Probe calls that ended inconclusive through the plugin's fault.
+    pub faults: u64,
+}
+
+/// One loaded plugin.
+struct LoadedPlugin {
+    summary: PluginSummary,
+    name: Arc<str>,
+    manifest: Arc<Manifest>,
+    pre: ProbePre<CallState>,
+    probes: AtomicU64,
+    faults: AtomicU64,
+}
+
+impl std::fmt::Debug for LoadedPlugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadedPlugin")
+            .field("summary", &self.summary)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Routing decisions are cached per cluster, reference and plugin: `accepts` is asked
+/// once, not per probe.
+type RouteKey = (ClusterId, String, Arc<str>);
+
+#[derive(Debug)]
+struct Inner {
+    // Declared first so that plugins (which hold engine resources) drop before it.
+    plugins: Vec<Arc<LoadedPlugin>>,
+    routes: Mutex<HashMap<RouteKey, bool>>,
+    http: HttpClient,
+    engine: SharedEngine,
+}
+
+/// The loaded probe plugins and the engine that runs them. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct PluginRuntime {
+    inner: Arc<Inner>,
+}
+
+/// A plugin file as read from the directory, before compiling.
+struct Candidate {
+    name: String,
+    file: PathBuf,
+    manifest: Manifest,
+}
+
+impl PluginRuntime {
+    /// Loads every `NAME.wasm` of `settings.plugin_dir`. Refused files are in the
+    /// report; only an unreadable directory or an engine failure is an error.
+    pub async fn load(settings: &RuntimeSettings) -> Result<(Self, LoadReport), RuntimeError> {
+        let mut report = LoadReport::default();
+        let candidates = list_candidates(&settings.plugin_dir, &mut report)?;
+
+        // The pool's memory slots are sized for the largest cap, so the manifests are
+        // read before the engine is built.
+        let largest = candidates
+            .iter()
+            .map(|c| c.manifest.memory_bytes())
+            .max()
+            .unwrap_or(0)
+            .max(Manifest::default().memory_bytes());
+        let engine = SharedEngine::new(settings.concurrency, largest)
+            .map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
+        let http = HttpClient::default();
+        let cache = settings.cache_dir.as_deref().map(CodeCache::new);
+
+        let mut linker = Linker::<CallState>::new(engine.engine());
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)
+            .and_then(|()| {
+                Probe::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |s| s)
+            })
+            .map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
+
+        let mut plugins = Vec::new();
+        for candidate in candidates {
+            let file = candidate.file.clone();
+            match load_one(&engine, &linker, cache.as_ref(), &http, candidate).await {
+                Ok(plugin) => {
+                    info!(plugin = %plugin.name, version = %plugin.summary.version, cache = ?plugin.summary.cache, "plugin loaded");
+                    plugins.push(Arc::new(plugin));
+                }
+                Err(reason) => {
+                    let refused = RefusedPlugin { file, reason };
+                    warn!("{refused}");
+                    report.refused.push(refused);
+                }
+            }
+        }
+        plugins.sort_by(|a, b| {
+            b.summary
+                .priority
+                .cmp(&a.summary.priority)
+                .then_with(|| a.name.cmp(&b.name))
+        });
+        report.loaded = plugins.iter().map(|p| p.summary.clone()).collect();
+        let runtime = Self {
+            inner: Arc::new(Inner {
+                plugins,
+                routes: Mutex::new(HashMap::new()),
+                http,
+                engine,
+            }),
+        };
+        Ok((runtime, report))
+    }
+
+    /// The loaded plugins, in routing order.
+    pub fn plugins(&self) -> Vec<PluginSummary> {
+        self.inner
+            .plugins
+            .iter()
+            .map(|p| p.summary.clone())
+            .collect()
+    }
+
+    /// The call counters of a loaded plugin.
+    pub fn stats(&self, plugin: &str) -> Option<PluginStats> {
+        self.find(plugin).map(|p| PluginStats {
+            probes: p.probes.load(Ordering::Relaxed),
+            faults: p.faults.load(Ordering::Relaxed),
+        })
+    }
+
+    fn find(&self, plugin: &str) -> Option<&Arc<LoadedPlugin>> {
+        self.inner.plugins.iter().find(|p| &*p.name == plugin)
+    }
+
+    /// The plugin that probes `target` (DESIGN §4): its explicit plugin, else the
+    /// highest-priority plugin that accepts it, or why there is none.
+    async fn route(&self, target: &ProbeTarget) -> Result<Arc<LoadedPlugin>, ProbeOutcome> {
+        if let Some(name) = &target.plugin {
+            return self
+                .find(name)
+                .cloned()
+                .ok_or_else(|| ProbeOutcome::NotProbeable {
+                    class: ReasonClass::NoPlugin,
+                    message: format!("the cluster's plugin {name} is not loaded"),
+                });
+        }
+        let reference = target.reference.to_string();
+        for plugin in &self.inner.plugins {
+            let key = (target.cluster, reference.clone(), Arc::clone(&plugin.name));
+            let cached = self
+                .inner
+                .routes
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(&key)
+                .copied();
+            let accepts = match cached {
+                Some(accepts) => accepts,
+                None => {
+                    let accepts = self.accepts(plugin, target).await;
+                    self.inner
+                        .routes
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .insert(key, accepts);
+                    accepts
+                }
+            };
+            if accepts {
+                return Ok(Arc::clone(plugin));
+            }
+        }
+        Err(ProbeOutcome::NotProbeable {
+            class: ReasonClass::NoPlugin,
+            message: format!(
+                "no loaded plugin accepts {} references",
+                scheme_of(&target.reference)
+            ),
+        })
+    }
+
+    /// Asks `plugin` whether it accepts `target`; a plugin that fails to answer does not.
+    async fn accepts(&self, plugin: &LoadedPlugin, target: &ProbeTarget) -> bool {
+        let cluster = wire_cluster(plugin, target);
+        let mut store = self.new_store(plugin, Some(call_cluster(target)), ACCEPTS_DEADLINE);
+        let call = async {
+            let instance = plugin.pre.instantiate_async(&mut store).await?;
+            instance
+                .vigil_plugin_prober()
+                .call_accepts(&mut store, &cluster)
+                .await
+        };
+        let answer = tokio::time::timeout(ACCEPTS_DEADLINE + CALL_GRACE, call).await;
+        store.data().emit_guest_output();
+        match answer {
+            Ok(Ok(accepts)) => accepts,
+            Ok(Err(error)) => {
+                warn!(plugin = %plugin.name, cluster = %target.name, "accepts failed: {error:#}");
+                false
+            }
+            Err(_) => {
+                warn!(plugin = %plugin.name, cluster = %target.name, "accepts did not answer within {} ms", ACCEPTS_DEADLINE.as_millis());
+                false
+            }
+        }
+    }
+
+    fn new_store(
+        &self,
+        plugin: &LoadedPlugin,
+        cluster: Option<CallCluster>,
+        budget: Duration,
+    ) -> Store<CallState> {
+        new_store(
+            &self.inner.engine,
+            &self.inner.http,
+            plugin_parts(plugin),
+            cluster,
+            budget,
+        )
+    }
+
+    /// One probe call of `plugin` against `target`, mapped to an outcome.
+    async fn call_probe(&self, plugin: &LoadedPlugin, target: &ProbeTarget) -> ProbeOutcome {
+        let request = types::ProbeRequest {
+            cluster: wire_cluster(plugin, target),
+            timeout_ms: u32::try_from(target.timeout.as_millis()).unwrap_or(u32::MAX),
+        };
+        let mut store = self.new_store(plugin, Some(call_cluster(target)), target.timeout);
+        let call = async {
+            let instance = match plugin.pre.instantiate_async(&mut store).await {
+                Ok(instance) => instance,
+                Err(error) => return Err((false, error)),
+            };
+            instance
+                .vigil_plugin_prober()
+                .call_probe(&mut store, &request)
+                .await
+                .map_err(|error| (true, error))
+        };
+        let result = tokio::time::timeout(target.timeout + CALL_GRACE, call).await;
+        let end = match result {
+            Ok(Ok(returned)) => CallEnd::Returned(returned),
+            Ok(Err((started, error))) => {
+                let trap = error.downcast_ref::<Trap>().copied();
+                if started || trap.is_some() || store.data().limiter.hit.is_some() {
+                    CallEnd::Trapped {
+                        interrupted: trap == Some(Trap::Interrupt),
+                        message: format!("{error:#}"),
+                    }
+                } else {
+                    CallEnd::HostFailure(format!("{error:#}"))
+                }
+            }
+            Err(_) => CallEnd::Overran,
+        };
+        let state = store.data();
+        state.emit_guest_output();
+        let outcome = outcome::map(&plugin.name, end, &state.record, state.limiter.hit);
+        plugin.probes.fetch_add(1, Ordering::Relaxed);
+        if matches!(
+            outcome,
+            ProbeOutcome::Inconclusive {
+                class: ReasonClass::PluginFault,
+                ..
+            }
+        ) {
+            plugin.faults.fetch_add(1, Ordering::Relaxed);
+            warn!(plugin = %plugin.name, cluster = %target.name, outcome = %outcome.label(), "{}", describe(&outcome));
+        } else {
+            debug!(plugin = %plugin.name, cluster = %target.name, outcome = %outcome.label(), contacted = state.record.cluster_contacted, "probe done");
+        }
+        outcome
+    }
+}
+
+impl Prober for PluginRuntime {
+    async fn probe(&self, target: &ProbeTarget) -> ProbeOutcome {
+        let span = info_span!("plugin_probe", cluster = %target.name);
+        async {
+            match self.route(target).await {
+                Ok(plugin) => self.call_probe(&plugin, target).await,
+                Err(outcome) => outcome,
+            }
+        }
+        .instrument(span)
+        .await
+    }
+}
+
+fn describe(outcome: &ProbeOutcome) -> &str {
+    match outcome {
+        ProbeOutcome::Healthy => "healthy",
+        ProbeOutcome::Unhealthy { message, .. }
+        | ProbeOutcome::CredentialsRejected { message }
+        | ProbeOutcome::NotProbeable { message, .. }
+        | ProbeOutcome::Inconclusive { message, .. } => message,
+    }
+}
+
+fn scheme_of(reference: &Reference) -> &'static str {
+    match reference {
+        Reference::File { .. } => "kubeconfig file",
+        Reference::Secret { .. } => "secret://",
+        Reference::Http { .. } => "http(s)://",
+    }
+}
+
+/// What a store needs to know of its plugin.
+struct PluginParts {
+    name: Arc<str>,
+    manifest: Arc<Manifest>,
+}
+
+fn plugin_parts(plugin: &LoadedPlugin) -> PluginParts {
+    PluginParts {
+        name: Arc::clone(&plugin.name),
+        manifest: Arc::clone(&plugin.manifest),
+    }
+}
+
+/// A fresh store for one call: its own sandbox, the plugin's limiter and a CPU
+/// deadline of `budget` plus the grace, armed now.
+fn new_store(
+    engine: &SharedEngine,
+    http: &HttpClient,
+    plugin: PluginParts,
+    cluster: Option<CallCluster>,
+    budget: Duration,
+) -> Store<CallState> {
+    let started = Instant::now();
+    let state = CallState::new(
+        plugin.name,
+        plugin.manifest,
+        cluster,
+        http.clone(),
+        started + budget,
+    );
+    let mut store = Store::new(engine.engine(), state);
+    store.limiter(|state| &mut state.limiter);
+    let cpu_deadline = started + budget + CALL_GRACE;
+    // Every few ticks the guest yields to the executor; past the deadline it traps
+    // with `Trap::Interrupt`. Host calls are not covered (epochs cannot interrupt
+    // them): each has its own tokio timeout.
+    store.set_epoch_deadline(YIELD_TICKS);
+    store.epoch_deadline_callback(move |_| {
+        if Instant::now() >= cpu_deadline {
+            Ok(UpdateDeadline::Interrupt)
+        } else {
+            Ok(UpdateDeadline::Yield(YIELD_TICKS))
+        }
+    });
+    store
+}
+
+fn call_cluster(target: &ProbeTarget) -> CallCluster {
+    CallCluster {
+        endpoint: target.endpoint.clone(),
+        reference: target.reference.clone(),
+        material: target.connection.clone(),
+    }
+}
+
+/// The cluster as the contract shows it. Labels and per-cluster parameters are not in
+/// [`ProbeTarget`] yet, so a plugin sees its manifest's default parameters.
+fn wire_cluster(plugin: &LoadedPlugin, target: &ProbeTarget) -> types::Cluster {
+    types::Cluster {
+        name: target.name.clone(),
+        endpoint: target.endpoint.clone(),
+        reference: target.reference.to_string(),
+        labels: Vec::new(),
+        parameters: plugin
+            .manifest
+            .parameters
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+    }
+}
+
+/// The `NAME.wasm` files of `dir`, sorted by name, with their manifests; files with a
+/// broken manifest are refused here.
+fn list_candidates(dir: &Path, report: &mut LoadReport) -> Result<Vec<Candidate>, RuntimeError> {
+    let entries = std::fs::read_dir(dir).map_err(|source| RuntimeError::PluginDir {
+        dir: dir.to_path_buf(),
+        source,
+    })?;
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .filter(|path| path.extension().is_some_and(|e| e == "wasm") && path.is_file())
+        .collect();
+    files.sort();
+    let mut candidates = Vec::new();
+    for file in files {
+        let Some(name) = file.file_stem().and_then(|s| s.to_str()).map(str::to_owned) else {
+            report.refused.push(RefusedPlugin {
+                file,
+                reason: Refusal::Unreadable("the file name is not UTF-8".to_owned()),
+            });
+            continue;
+        };
+        match Manifest::read(&file.with_extension("toml")) {
+            Ok(manifest) => candidates.push(Candidate {
+                name,
+                file,
+                manifest,
+            }),
+            Err(message) => {
+                let refused = RefusedPlugin {
+                    file,
+                    reason: Refusal::Manifest(message),
+                };
+                warn!("{refused}");
+                report.refused.push(refused);
+            }
+        }
+    }
+    Ok(candidates)
+}
+
+/// Compiles, checks, links and asks `info()` of one plugin.
+async fn load_one(
+    engine: &SharedEngine,
+    linker: &Linker<CallState>,
+    cache: Option<&CodeCache>,
+    http: &HttpClient,
+    candidate: Candidate,
+) -> Result<LoadedPlugin, Refusal> {
+    let Candidate {
+        name,
+        file,
+        manifest,
+    } = candidate;
+    let size = std::fs::metadata(&file)
+        .map_err(|e| Refusal::Unreadable(e.to_string()))?
+        .len();
+    if size > MAX_PLUGIN_FILE_BYTES {
+        return Err(Refusal::Unreadable(format!(
+            "larger than {MAX_PLUGIN_FILE_BYTES} bytes"
+        )));
+    }
+    let bytes = std::fs::read(&file).map_err(|e| Refusal::Unreadable(e.to_string()))?;
+    check_header(&bytes)?;
+
+    // Compiling is CPU-bound (tens of milliseconds to seconds): off the async threads.
+    let compile_engine = engine.engine().clone();
+    let cache_owned = cache.cloned();
+    let (component, cache_status) =
+        tokio::task::spawn_blocking(move || compile(&compile_engine, cache_owned.as_ref(), &bytes))
+            .await
+            .map_err(|e| Refusal::Invalid(format!("the compiler task failed: {e}")))??;
+
+    check_world(engine, &component)?;
+    let instance_pre = linker
+        .instantiate_pre(&component)
+        .map_err(|e| Refusal::Link(format!("{e:#}")))?;
+    let pre = ProbePre::new(instance_pre).map_err(|e| Refusal::Link(format!("{e:#}")))?;
+
+    let name: Arc<str> = Arc::from(name);
+    let manifest = Arc::new(manifest);
+    let parts = PluginParts {
+        name: Arc::clone(&name),
+        manifest: Arc::clone(&manifest),
+    };
+    let mut store = new_store(engine, http, parts, None, INFO_DEADLINE);
+    let call = async {
+        let instance = pre.instantiate_async(&mut store).await?;
+        instance.vigil_plugin_prober().call_info(&mut store).await
+    };
+    let info = match tokio::time::timeout(INFO_DEADLINE + CALL_GRACE, call).await {
+        Ok(Ok(info)) => info,
+        Ok(Err(error)) => {
+            store.data().emit_guest_output();
+            let why = match store.data().limiter.hit {
+                Some(hit) => hit.to_string(),
+                None => format!("{error:#}"),
+            };
+            return Err(Refusal::Info(why));
+        }
+        Err(_) => {
+            return Err(Refusal::Info(format!(
+                "no answer within {} ms",
+                INFO_DEADLINE.as_millis()
+            )));
+        }
+    };
+    store.data().emit_guest_output();
+    if info.name.len() > MAX_DETAIL_BYTES || info.version.len() > MAX_DETAIL_BYTES {
+        return Err(Refusal::Info("name or version too long".to_owned()));
+    }
+    let summary = PluginSummary {
+        name: name.to_string(),
+        file,
+        self_name: info.name,
+        version: info.version,
+        schemes: info.schemes,
+        description: info.description,
+        priority: manifest.priority,
+        cache: cache_status,
+    };
+    Ok(LoadedPlugin {
+        summary,
+        name,
+        manifest,
+        pre,
+        probes: AtomicU64::new(0),
+        faults: AtomicU64::new(0),
+    })
+}
+
+/// Tells a component from other files by its header, for a clear refusal.
+fn check_header(bytes: &[u8]) -> Result<(), Refusal> {
+    const MAGIC: &[u8] = b"\0asm";
+    if bytes.len() < 8 || !bytes.starts_with(MAGIC) {
+        return Err(Refusal::NotWasm);
+    }
+    // Core modules have layer 0 (bytes 6..8), components layer 1.
+    if bytes[6..8] == [0, 0] {
+        return Err(Refusal::CoreModule);
+    }
+    Ok(())
+}
+
+/// Compiles `bytes`, recording the artifact in the cache.
+fn compile(
+    engine: &wasmtime::Engine,
+    cache: Option<&CodeCache>,
+    bytes: &[u8],
+) -> Result<(Component, CacheStatus), Refusal> {
+    let key = cache.map(|_| CodeCache::key(engine, bytes));
+    let hit = match (cache, &key) {
+        (Some(cache), Some(key)) => cache.contains(key),
+        _ => false,
+    };
+    let component =
+        Component::new(engine, bytes).map_err(|e| Refusal::Invalid(format!("{e:#}")))?;
+    let status = match (cache, key) {
+        (Some(_), Some(_)) if hit => CacheStatus::Hit,
+        (Some(cache), Some(key)) => match component.serialize() {
+            Ok(artifact) => match cache.store(&key, &artifact) {
+                Ok(()) => CacheStatus::Miss,
+                Err(error) => {
+                    warn!("cannot write the compiled-code cache: {error}");
+                    CacheStatus::Disabled
+                }
+            },
+            Err(error) => {
+                warn!("cannot serialize a compiled component: {error:#}");
+                CacheStatus::Disabled
+            }
+        },
+        _ => CacheStatus::Disabled,
+    };
+    Ok((component, status))
+}
+
+/// Checks the component targets the probe world of the supported contract, by its
+/// export names (`vigil:plugin/prober@0.1.0`).
+fn check_world(engine: &SharedEngine, component: &Component) -> Result<(), Refusal> {
+    let ty = component.component_type();
+    let names: Vec<String> = ty
+        .exports(engine.engine())
+        .map(|(name, _)| name.to_owned())
+        .collect();
+    let mut audit = false;
+    for name in &names {
+        let Some(rest) = name
+            .strip_prefix(CONTRACT_PACKAGE)
+            .and_then(|r| r.strip_prefix('/'))
+        else {
+            continue;
+        };
+        let (interface, version) = rest.split_once('@').unwrap_or((rest, ""));
+        if version != CONTRACT_VERSION {
+            return Err(Refusal::UnsupportedVersion {
+                package: CONTRACT_PACKAGE.to_owned(),
+                version: if version.is_empty() {
+                    "(no version)".to_owned()
+                } else {
+                    version.to_owned()
+                },
+            });
+        }
+        match interface {
+            "prober" => return Ok(()),
+            "auditor" => audit = true,
+            _ => {}
+        }
+    }
+    if audit {
+        return Err(Refusal::AuditNotRunYet);
+    }
+    Err(Refusal::WrongWorld {
+        exports: if names.is_empty() {
+            "none".to_owned()
+        } else {
+            names.join(", ")
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::engine::EPOCH_TICK;
+    use super::*;
+
+    #[test]
+    fn headers_tell_components_from_other_files() {
+        assert_eq!(check_header(b"hello"), Err(Refusal::NotWasm));
+        assert_eq!(check_header(b"\0asm\x01\0\0\0"), Err(Refusal::CoreModule));
+        assert_eq!(check_header(b"\0asm\x0d\0\x01\0"), Ok(()));
+    }
+
+    #[test]
+    fn epoch_tick_is_short() {
+        assert!(EPOCH_TICK <= Duration::from_millis(10));
+    }
+}

@@ -1,0 +1,107 @@
+//! A plugin's `NAME.toml`: its grants, extra egress hosts, priority, memory cap and
+//! default parameters. Every grant is denied unless the file says otherwise.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Deserialize;
+
+/// The memory cap of a plugin whose `NAME.toml` does not set `memory-mib`.
+pub const DEFAULT_MEMORY_MIB: u32 = 64;
+
+/// The largest `memory-mib` a plugin may ask for: the engine's pool reserves address
+/// space for the largest cap of the loaded plugins, so one file must not be able to
+/// make it reserve gigabytes per slot.
+pub const MAX_MEMORY_MIB: u32 = 1024;
+
+/// The largest `NAME.toml` read; a bigger one is refused without being parsed.
+pub const MAX_MANIFEST_BYTES: u64 = 64 * 1024;
+
+/// What a plugin is granted and how it is run, from its `NAME.toml`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Manifest {
+    /// Whether the plugin may write to vigil's log.
+    #[serde(default)]
+    pub log: bool,
+    /// Whether the plugin may read the credentials of the cluster it probes.
+    #[serde(default)]
+    pub credentials: bool,
+    /// Whether the plugin may send HTTP requests.
+    #[serde(default)]
+    pub http: bool,
+    /// The namespaces whose Secrets `secret://` references may read.
+    #[serde(default)]
+    pub secret_namespaces: Vec<String>,
+    /// Extra egress hosts (`host` or `host:port`), beyond the cluster's own. A request
+    /// to one of them never counts as talking to the cluster.
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
+    /// Routing priority: the highest-priority plugin that accepts a cluster probes it.
+    #[serde(default)]
+    pub priority: i32,
+    /// The cap on the instance's memories and tables, summed, in MiB.
+    #[serde(default = "default_memory_mib")]
+    pub memory_mib: u32,
+    /// Default plugin parameters, under the cluster's own.
+    #[serde(default)]
+    pub parameters: BTreeMap<String, String>,
+}
+
+fn default_memory_mib() -> u32 {
+    DEFAULT_MEMORY_MIB
+}
+
+impl Default for Manifest {
+    fn default() -> Self {
+        Self {
+            log: false,
+            credentials: false,
+            http: false,
+            secret_namespaces: Vec::new(),
+            allowed_hosts: Vec::new(),
+            priority: 0,
+            memory_mib: DEFAULT_MEMORY_MIB,
+            parameters: BTreeMap::new(),
+        }
+    }
+}
+
+impl Manifest {
+    /// The memory cap in bytes.
+    pub fn memory_bytes(&self) -> u64 {
+        u64::from(self.memory_mib) * 1024 * 1024
+    }
+
+    /// Reads `path`; a missing file is the default manifest (deny everything).
+    pub(crate) fn read(path: &Path) -> Result<Self, String> {
+        let metadata = match std::fs::metadata(path) {
+            Ok(metadata) => metadata,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(Self::default());
+            }
+            Err(error) => return Err(format!("cannot read {}: {error}", path.display())),
+        };
+        if metadata.len() > MAX_MANIFEST_BYTES {
+            return Err(format!(
+                "{} is larger than {MAX_MANIFEST_BYTES} bytes",
+                path.display()
+            ));
+        }
+        let text = std::fs::read_to_string(path)
+            .map_err(|error| format!("cannot read {}: {error}", path.display()))?;
+        Self::parse(&text).map_err(|error| format!("{}: {error}", path.display()))
+    }
+
+    /// Parses the text of a `NAME.toml`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let manifest: Self = toml::from_str(text).map_err(|error| error.to_string())?;
+        if manifest.memory_mib == 0 || manifest.memory_mib > MAX_MEMORY_MIB {
+            return Err(format!(
+                "memory-mib must be between 1 and {MAX_MEMORY_MIB}, not {}",
+                manifest.memory_mib
+            ));
+        }
+        Ok(manifest)
+    }
+}

@@ -1,0 +1,434 @@
+//! The per-call sandbox: the store state of one call, its resource limiter, and the
+//! host interfaces `log` and `credentials` (the `http` one is in `egress`).
+
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tracing::{debug, error, info, trace, warn};
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use super::bindings::vigil::plugin::{credentials, log, types};
+use super::egress::{EgressPolicy, HttpClient};
+use super::manifest::Manifest;
+use crate::reference::{ConnectionMaterial, Reference};
+
+/// The most bytes of guest stdout and of guest stderr kept per call.
+pub const MAX_GUEST_OUTPUT_BYTES: usize = 64 * 1024;
+
+/// The longest `log.write` message kept; longer ones are cut.
+pub const MAX_LOG_MESSAGE_BYTES: usize = 4 * 1024;
+
+/// The most `log.write` lines one call may emit; the rest are dropped.
+pub const MAX_LOG_LINES_PER_CALL: u32 = 200;
+
+/// The largest credential file (kubeconfig, certificate, key, token) served.
+pub const MAX_CREDENTIAL_FILE_BYTES: u64 = 1024 * 1024;
+
+/// The longest a credential file read may take (host calls cannot be interrupted by
+/// epochs, so each has its own bound, never longer than the call's budget).
+pub const CREDENTIAL_READ_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Which limit a call hit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitHit {
+    /// The instance's memories and tables together would have exceeded the cap.
+    Memory {
+        /// The total the guest asked for, in bytes.
+        requested: u64,
+        /// The plugin's cap, in bytes.
+        cap: u64,
+    },
+    /// A table would have grown past the table element bound.
+    TableElements {
+        /// The elements asked for.
+        requested: u64,
+    },
+}
+
+impl std::fmt::Display for LimitHit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Memory { requested, cap } => write!(
+                f,
+                "memory limit of {} MiB reached (the instance asked for {} MiB)",
+                cap / (1024 * 1024),
+                requested.div_ceil(1024 * 1024)
+            ),
+            Self::TableElements { requested } => write!(
+                f,
+                "table limit reached (a table asked for {requested} elements)"
+            ),
+        }
+    }
+}
+
+/// The most elements of one table.
+const MAX_TABLE_ELEMENTS: usize = 100_000;
+
+/// The bytes a table element is counted as against the memory cap.
+const TABLE_ELEMENT_BYTES: u64 = 8;
+
+/// A `ResourceLimiter` summing every memory and table of the instance against the
+/// plugin's cap — wasmtime's `StoreLimits` limits each memory alone — and recording
+/// which limit was hit, since a guest that fails to allocate usually just traps.
+#[derive(Debug)]
+pub(crate) struct CallLimiter {
+    cap: u64,
+    used: u64,
+    pub(crate) hit: Option<LimitHit>,
+}
+
+impl CallLimiter {
+    pub(crate) fn new(cap: u64) -> Self {
+        Self {
+            cap,
+            used: 0,
+            hit: None,
+        }
+    }
+
+    fn grow(&mut self, current: u64, desired: u64) -> bool {
+        let total = self.used.saturating_sub(current).saturating_add(desired);
+        if total > self.cap {
+            self.hit.get_or_insert(LimitHit::Memory {
+                requested: total,
+                cap: self.cap,
+            });
+            return false;
+        }
+        self.used = total;
+        true
+    }
+}
+
+impl wasmtime::ResourceLimiter for CallLimiter {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(self.grow(current as u64, desired as u64))
+    }
+
+    fn table_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > MAX_TABLE_ELEMENTS {
+            self.hit.get_or_insert(LimitHit::TableElements {
+                requested: desired as u64,
+            });
+            return Ok(false);
+        }
+        Ok(self.grow(
+            current as u64 * TABLE_ELEMENT_BYTES,
+            desired as u64 * TABLE_ELEMENT_BYTES,
+        ))
+    }
+}
+
+/// What the host saw during one call; the outcome mapping reads it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CallRecord {
+    /// A request to the cluster (its servers, endpoint or reference host) was made.
+    pub cluster_contacted: bool,
+    /// A request to the cluster timed out.
+    pub cluster_timed_out: bool,
+    /// The cluster answered 401 or 403.
+    pub auth_rejected: Option<u16>,
+    /// Requests denied by the egress policy, as `host:port`.
+    pub denied: Vec<String>,
+}
+
+/// The cluster a call is about, as the host knows it.
+#[derive(Debug, Clone)]
+pub(crate) struct CallCluster {
+    pub(crate) endpoint: String,
+    pub(crate) reference: Reference,
+    pub(crate) material: Option<Box<ConnectionMaterial>>,
+}
+
+/// The state of one call's store.
+pub(crate) struct CallState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    pub(crate) stdout: MemoryOutputPipe,
+    pub(crate) stderr: MemoryOutputPipe,
+    pub(crate) limiter: CallLimiter,
+    pub(crate) plugin: Arc<str>,
+    pub(crate) manifest: Arc<Manifest>,
+    pub(crate) cluster: Option<CallCluster>,
+    pub(crate) egress: EgressPolicy,
+    pub(crate) http: HttpClient,
+    pub(crate) deadline: Instant,
+    pub(crate) record: CallRecord,
+    log_lines: u32,
+}
+
+impl std::fmt::Debug for CallState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallState")
+            .field("plugin", &self.plugin)
+            .field("record", &self.record)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CallState {
+    /// A fresh sandbox: no preopened directories, no environment, no arguments, no
+    /// sockets; only stdout and stderr, captured to memory.
+    pub(crate) fn new(
+        plugin: Arc<str>,
+        manifest: Arc<Manifest>,
+        cluster: Option<CallCluster>,
+        http: HttpClient,
+        deadline: Instant,
+    ) -> Self {
+        let stdout = MemoryOutputPipe::new(MAX_GUEST_OUTPUT_BYTES);
+        let stderr = MemoryOutputPipe::new(MAX_GUEST_OUTPUT_BYTES);
+        let wasi = WasiCtxBuilder::new()
+            .stdout(stdout.clone())
+            .stderr(stderr.clone())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .build();
+        let egress = EgressPolicy::new(&manifest.allowed_hosts, cluster.as_ref());
+        Self {
+            wasi,
+            table: ResourceTable::new(),
+            stdout,
+            stderr,
+            limiter: CallLimiter::new(manifest.memory_bytes()),
+            plugin,
+            manifest,
+            cluster,
+            egress,
+            http,
+            deadline,
+            record: CallRecord::default(),
+            log_lines: 0,
+        }
+    }
+
+    /// What is left of the call's budget.
+    pub(crate) fn remaining(&self) -> Duration {
+        self.deadline.saturating_duration_since(Instant::now())
+    }
+
+    /// Re-emits the guest's captured stdout and stderr through `tracing`, tagged with
+    /// the plugin's name, one event per line.
+    pub(crate) fn emit_guest_output(&self) {
+        for (stream, pipe) in [("stdout", &self.stdout), ("stderr", &self.stderr)] {
+            let bytes = pipe.contents();
+            if bytes.is_empty() {
+                continue;
+            }
+            for line in String::from_utf8_lossy(&bytes).lines() {
+                info!(plugin = %self.plugin, stream, "{line}");
+            }
+        }
+    }
+}
+
+impl WasiView for CallState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl types::Host for CallState {}
+
+impl log::Host for CallState {
+    async fn write(&mut self, level: log::Level, message: String) {
+        if !self.manifest.log {
+            if self.log_lines == 0 {
+                debug!(plugin = %self.plugin, "log.write dropped: log is not granted");
+            }
+            self.log_lines = self.log_lines.saturating_add(1);
+            return;
+        }
+        self.log_lines = self.log_lines.saturating_add(1);
+        if self.log_lines > MAX_LOG_LINES_PER_CALL {
+            if self.log_lines == MAX_LOG_LINES_PER_CALL + 1 {
+                warn!(plugin = %self.plugin, "log.write: more than {MAX_LOG_LINES_PER_CALL} lines in one call, dropping the rest");
+            }
+            return;
+        }
+        let message = truncate(&message, MAX_LOG_MESSAGE_BYTES);
+        let plugin = &*self.plugin;
+        match level {
+            log::Level::Trace => trace!(plugin, "{message}"),
+            log::Level::Debug => debug!(plugin, "{message}"),
+            log::Level::Info => info!(plugin, "{message}"),
+            log::Level::Warn => warn!(plugin, "{message}"),
+            log::Level::Error => error!(plugin, "{message}"),
+        }
+    }
+}
+
+fn truncate(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+type CredentialsResult = Result<Vec<u8>, credentials::CredentialsError>;
+
+impl credentials::Host for CallState {
+    async fn kubeconfig(&mut self) -> CredentialsResult {
+        use credentials::CredentialsError as E;
+        if !self.manifest.credentials {
+            warn!(plugin = %self.plugin, "credentials.kubeconfig denied: credentials are not granted");
+            return Err(E::Denied(
+                "credentials are not granted to this plugin".to_owned(),
+            ));
+        }
+        let Some(cluster) = &self.cluster else {
+            return Err(E::NotFound("this call is about no cluster".to_owned()));
+        };
+        let material = match (&cluster.reference, &cluster.material) {
+            (Reference::File { .. }, Some(material)) => material.clone(),
+            (Reference::File { path, .. }, None) => {
+                return Err(E::NotFound(format!(
+                    "the kubeconfig {} could not be resolved",
+                    path.display()
+                )));
+            }
+            // The management-cluster client that reads Secrets comes with a later
+            // change; until then a Secret is never served.
+            (Reference::Secret { .. }, _) => {
+                return Err(E::Denied(
+                    "secret:// references are not served by this version of vigil".to_owned(),
+                ));
+            }
+            (Reference::Http { .. }, _) => {
+                return Err(E::NotFound(
+                    "an http(s):// reference names no kubeconfig".to_owned(),
+                ));
+            }
+        };
+        let bytes = read_bounded(self.remaining(), &material.kubeconfig).await?;
+        let parses = std::str::from_utf8(&bytes)
+            .ok()
+            .is_some_and(|text| kube::config::Kubeconfig::from_yaml(text).is_ok());
+        if !parses {
+            return Err(E::Invalid(format!(
+                "{} is not a kubeconfig",
+                material.kubeconfig.display()
+            )));
+        }
+        // The kubeconfig's selected server is now material served to this call: egress
+        // to it counts as talking to the cluster.
+        self.egress.add_cluster_url(&material.server);
+        Ok(bytes)
+    }
+
+    async fn read_file(&mut self, path: String) -> CredentialsResult {
+        use credentials::CredentialsError as E;
+        if !self.manifest.credentials {
+            warn!(plugin = %self.plugin, "credentials.read-file denied: credentials are not granted");
+            return Err(E::Denied(
+                "credentials are not granted to this plugin".to_owned(),
+            ));
+        }
+        let Some(material) = self.cluster.as_ref().and_then(|c| c.material.as_ref()) else {
+            return Err(E::Denied(
+                "this cluster's reference names no files".to_owned(),
+            ));
+        };
+        let Some(wanted) = resolve_against(&material.kubeconfig, Path::new(&path)) else {
+            return Err(E::Denied(format!(
+                "{path} is not a path the kubeconfig names"
+            )));
+        };
+        let allowed = material
+            .files()
+            .iter()
+            .filter_map(|file| resolve_against(&material.kubeconfig, file))
+            .any(|file| file == wanted);
+        if !allowed {
+            warn!(plugin = %self.plugin, path = %path, "credentials.read-file denied: not a file of the cluster's kubeconfig context");
+            return Err(E::Denied(format!(
+                "{path} is not a file the kubeconfig's context names"
+            )));
+        }
+        read_bounded(self.remaining(), &wanted).await
+    }
+
+    async fn parameter(&mut self, name: String) -> CredentialsResult {
+        // Credential parameters are stored with clusters in a later change.
+        Err(credentials::CredentialsError::NotFound(format!(
+            "no credential parameter {name}"
+        )))
+    }
+}
+
+/// Reads a credential file, bounded in size and in time (host calls are not interrupted
+/// by epochs). A free function: the store state is not `Sync`, so the future must not
+/// hold a reference to it.
+async fn read_bounded(remaining: Duration, path: &Path) -> CredentialsResult {
+    use credentials::CredentialsError as E;
+    let bound = remaining.min(CREDENTIAL_READ_TIMEOUT);
+    let owned = path.to_path_buf();
+    let read = async move {
+        let metadata = tokio::fs::metadata(&owned).await?;
+        if metadata.len() > MAX_CREDENTIAL_FILE_BYTES {
+            return Err(std::io::Error::other("too large"));
+        }
+        tokio::fs::read(&owned).await
+    };
+    match tokio::time::timeout(bound, read).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(error)) if error.kind() == std::io::ErrorKind::NotFound => {
+            Err(E::NotFound(format!("{} does not exist", path.display())))
+        }
+        Ok(Err(error)) => Err(E::Invalid(format!(
+            "cannot read {}: {error}",
+            path.display()
+        ))),
+        Err(_) => Err(E::Invalid(format!(
+            "reading {} took longer than {} ms",
+            path.display(),
+            bound.as_millis()
+        ))),
+    }
+}
+
+/// `path` as kubectl reads a path written in the kubeconfig at `kubeconfig`: relative
+/// paths against the kubeconfig's directory, then `.` and `..` removed lexically (the
+/// comparison is on names, never following the guest into other directories).
+fn resolve_against(kubeconfig: &Path, path: &Path) -> Option<PathBuf> {
+    let joined = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        kubeconfig.parent()?.join(path)
+    };
+    let mut normal = PathBuf::new();
+    for component in joined.components() {
+        match component {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if !normal.pop() {
+                    return None;
+                }
+            }
+            other => normal.push(other.as_os_str()),
+        }
+    }
+    Some(normal)
+}
