@@ -2,7 +2,7 @@
 //! (DESIGN §6), parsed and checked before anything is written.
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -140,6 +140,23 @@ pub struct ServeArgs {
     )]
     pub database_url: String,
 
+    /// The plugin directory: `NAME.wasm` probe plugins and their `NAME.toml` grants.
+    #[arg(
+        long = "plugin-dir",
+        env = "VIGIL_PLUGIN_DIR",
+        value_name = "VIGIL_PLUGIN_DIR",
+        default_value = "plugins.d"
+    )]
+    pub plugin_dir: PathBuf,
+
+    /// Where compiled plugins are cached [default: $XDG_CACHE_HOME/vigil, else ~/.cache/vigil].
+    #[arg(
+        long = "cache-dir",
+        env = "VIGIL_CACHE_DIR",
+        value_name = "VIGIL_CACHE_DIR"
+    )]
+    pub cache_dir: Option<PathBuf>,
+
     /// Log format.
     #[arg(long = "log-format", env = "VIGIL_LOG_FORMAT", value_name = "VIGIL_LOG_FORMAT",
           value_enum, default_value_t = LogFormat::Text)]
@@ -148,6 +165,10 @@ pub struct ServeArgs {
     /// kubectl's own variable, read when KUBECONFIG_PATH is unset.
     #[arg(long = "kubeconfig", env = "KUBECONFIG", hide = true)]
     pub kubeconfig_env: Option<OsString>,
+
+    /// The XDG base directory for caches, read when VIGIL_CACHE_DIR is unset.
+    #[arg(long = "xdg-cache-home", env = "XDG_CACHE_HOME", hide = true)]
+    pub xdg_cache_home: Option<PathBuf>,
 }
 
 fn parse_ratio(text: &str) -> Result<f64, String> {
@@ -191,6 +212,10 @@ pub struct EngineConfig {
     pub database_url: String,
     /// The SQLite file, if the URL names one.
     pub database_path: Option<PathBuf>,
+    /// The plugin directory.
+    pub plugin_dir: PathBuf,
+    /// The compiled-plugin cache; `None` when no location could be derived.
+    pub cache_dir: Option<PathBuf>,
     /// Log format.
     pub log_format: LogFormat,
 }
@@ -216,6 +241,7 @@ impl ServeArgs {
             disabled: false,
         };
         let window = self.mass_failure_window.unwrap_or(self.interval);
+        let cache_dir = self.cache_dir(home_dir.as_deref())?;
         Ok(EngineConfig {
             defaults,
             brake: BrakeConfig {
@@ -234,9 +260,73 @@ impl ServeArgs {
             },
             database_url: self.database_url.clone(),
             database_path,
+            plugin_dir: self.plugin_dir.clone(),
+            cache_dir,
             log_format: self.log_format,
         })
     }
+
+    /// The compiled-plugin cache: `VIGIL_CACHE_DIR`, else `$XDG_CACHE_HOME/vigil` (an
+    /// absolute `XDG_CACHE_HOME` only, as the XDG specification says), else
+    /// `~/.cache/vigil`. It must not lie inside the plugin directory: that directory
+    /// holds what operators drop in, the cache only what vigil wrote itself.
+    fn cache_dir(&self, home_dir: Option<&Path>) -> Result<Option<PathBuf>, SettingError> {
+        let explicit = self.cache_dir.clone().filter(|p| !p.as_os_str().is_empty());
+        let cache_dir = explicit.clone().or_else(|| {
+            self.xdg_cache_home
+                .as_ref()
+                .filter(|p| p.is_absolute())
+                .map(|p| p.join("vigil"))
+                .or_else(|| home_dir.map(|home| home.join(".cache").join("vigil")))
+        });
+        if let Some(dir) = &cache_dir
+            && is_within(dir, &self.plugin_dir)
+        {
+            return Err(SettingError {
+                variable: if explicit.is_some() {
+                    "VIGIL_CACHE_DIR"
+                } else {
+                    "VIGIL_PLUGIN_DIR"
+                },
+                value: if explicit.is_some() {
+                    dir.display().to_string()
+                } else {
+                    self.plugin_dir.display().to_string()
+                },
+                reason: format!(
+                    "the compiled-plugin cache {} would lie inside the plugin directory {}; keep them apart",
+                    dir.display(),
+                    self.plugin_dir.display()
+                ),
+            });
+        }
+        Ok(cache_dir)
+    }
+}
+
+/// Whether `path` is `dir` or lies under it, compared lexically after making both
+/// absolute against the working directory.
+fn is_within(path: &Path, dir: &Path) -> bool {
+    let absolute = |p: &Path| {
+        let joined = if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            std::env::current_dir().unwrap_or_default().join(p)
+        };
+        joined
+            .components()
+            .fold(PathBuf::new(), |mut out, component| {
+                match component {
+                    std::path::Component::CurDir => {}
+                    std::path::Component::ParentDir => {
+                        out.pop();
+                    }
+                    other => out.push(other),
+                }
+                out
+            })
+    };
+    absolute(path).starts_with(absolute(dir))
 }
 
 /// How long discovery waits for file changes to settle before re-reading.

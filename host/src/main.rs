@@ -5,8 +5,8 @@ use std::process::ExitCode;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 use vigil::cli::{Cli, Command, LogFormat};
-use vigil::serve::{ServeError, serve};
-use vigil::worker::{NoPlugins, error_chain};
+use vigil::serve::{ServeError, serve_with_plugins};
+use vigil::worker::error_chain;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -27,7 +27,7 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            let result = runtime.block_on(serve(&config, NoPlugins, shutdown_signal()));
+            let result = runtime.block_on(serve_with_plugins(&config, shutdown_signal()));
             match result {
                 Ok(_) => ExitCode::SUCCESS,
                 Err(error @ ServeError::Locked(_)) => {

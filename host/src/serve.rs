@@ -1,6 +1,6 @@
-//! `vigil serve`: the engine's wiring. Takes the database lock, opens the
-//! store, runs discovery (and again on every kubeconfig change), and runs the
-//! health worker until shutdown.
+//! `vigil serve`: the engine's wiring. Takes the database lock, loads the probe
+//! plugins, opens the store, runs discovery (and again on every kubeconfig
+//! change), and runs the health worker until shutdown.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -12,8 +12,12 @@ use crate::cli::{DISCOVERY_DEBOUNCE, EngineConfig};
 use crate::discovery::{self, Sources};
 use crate::lock::{DatabaseLock, LockError};
 use crate::reference::{self, Reference};
+use crate::runtime::{PluginRuntime, RuntimeError, RuntimeSettings};
 use crate::store::{DiscoveredClusterRow, Store, StoreError, UpsertSummary};
-use crate::worker::{Prober, Worker, WorkerHandle, WorkerSettings, WorkerStats, wall_clock};
+use crate::worker::{
+    NoPlugins, ProbeTarget, Prober, Worker, WorkerHandle, WorkerSettings, WorkerStats, wall_clock,
+};
+use vigil_decision::ProbeOutcome;
 
 /// Why the engine stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -24,6 +28,76 @@ pub enum ServeError {
     /// The database failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The plugin runtime could not start (a single bad plugin never stops it).
+    #[error(transparent)]
+    Plugins(#[from] RuntimeError),
+}
+
+/// The prober of `vigil serve`: the plugin runtime, or — when the plugin
+/// directory does not exist — no plugin at all.
+#[derive(Debug, Clone)]
+pub enum EngineProber {
+    /// The plugins of the plugin directory.
+    Plugins(PluginRuntime),
+    /// No plugin directory: every cluster is not probeable (`no-plugin`).
+    None(NoPlugins),
+}
+
+impl Prober for EngineProber {
+    async fn probe(&self, target: &ProbeTarget) -> ProbeOutcome {
+        match self {
+            Self::Plugins(runtime) => runtime.probe(target).await,
+            Self::None(none) => none.probe(target).await,
+        }
+    }
+}
+
+/// Runs the engine with the plugins of `config.plugin_dir` until `shutdown`
+/// completes. The database lock is taken before anything is compiled, so a
+/// second engine on the same database stops at once.
+pub async fn serve_with_plugins(
+    config: &EngineConfig,
+    shutdown: impl Future<Output = ()>,
+) -> Result<WorkerStats, ServeError> {
+    let _lock = lock(config)?;
+    let prober = load_plugins(config).await?;
+    run(config, prober, shutdown).await
+}
+
+/// Loads the plugin directory. A missing directory is not an error (vigil runs
+/// and reports every cluster not probeable); an unreadable one is. A refused
+/// plugin is logged with its file and reason, and the others load.
+pub async fn load_plugins(config: &EngineConfig) -> Result<EngineProber, ServeError> {
+    if !config.plugin_dir.exists() {
+        warn!(
+            plugin_dir = %config.plugin_dir.display(),
+            "the plugin directory does not exist: no probe plugin is loaded, so no cluster can be probed \
+             (build the first-party plugins with scripts/build-plugins, or set VIGIL_PLUGIN_DIR)"
+        );
+        return Ok(EngineProber::None(NoPlugins));
+    }
+    let settings = RuntimeSettings {
+        plugin_dir: config.plugin_dir.clone(),
+        cache_dir: config.cache_dir.clone(),
+        concurrency: u32::try_from(config.concurrency).unwrap_or(u32::MAX),
+    };
+    let (runtime, report) = PluginRuntime::load(&settings).await?;
+    if report.loaded.is_empty() {
+        warn!(
+            plugin_dir = %config.plugin_dir.display(),
+            refused = report.refused.len(),
+            "no probe plugin loaded: no cluster can be probed"
+        );
+    } else {
+        info!(
+            plugin_dir = %config.plugin_dir.display(),
+            loaded = report.loaded.len(),
+            refused = report.refused.len(),
+            plugins = %report.loaded.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", "),
+            "plugins loaded"
+        );
+    }
+    Ok(EngineProber::Plugins(runtime))
 }
 
 /// Runs the engine with `prober` until `shutdown` completes.
@@ -32,10 +106,23 @@ pub async fn serve<P: Prober>(
     prober: P,
     shutdown: impl Future<Output = ()>,
 ) -> Result<WorkerStats, ServeError> {
-    let _lock = match &config.database_path {
-        Some(path) => Some(DatabaseLock::acquire(path)?),
-        None => None,
-    };
+    let _lock = lock(config)?;
+    run(config, prober, shutdown).await
+}
+
+fn lock(config: &EngineConfig) -> Result<Option<DatabaseLock>, LockError> {
+    config
+        .database_path
+        .as_deref()
+        .map(DatabaseLock::acquire)
+        .transpose()
+}
+
+async fn run<P: Prober>(
+    config: &EngineConfig,
+    prober: P,
+    shutdown: impl Future<Output = ()>,
+) -> Result<WorkerStats, ServeError> {
     let store = Store::open(&config.database_url).await?;
     let sources = Sources::from_settings(&config.discovery);
 

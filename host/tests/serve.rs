@@ -1,85 +1,17 @@
 //! The `vigil` binary: discovery at start-up, the database lock, signals and
 //! settings errors. Every run has its own kubeconfig sources and database.
 
-use std::io::Read;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+#[path = "support/process.rs"]
+mod process;
 #[path = "support/engine.rs"]
 mod support;
 
+use process::{Running, sigterm, stderr_of, vigil, wait_exit};
 use support::write_kubeconfig;
-
-fn vigil(dir: &Path) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_vigil"));
-    command
-        .current_dir(dir)
-        .env_clear()
-        .env("HOME", dir)
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("RUST_LOG", "info")
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null());
-    command
-}
-
-/// A running `vigil`, killed if the test fails before stopping it.
-struct Running(Child);
-
-impl std::ops::Deref for Running {
-    type Target = Child;
-    fn deref(&self) -> &Child {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for Running {
-    fn deref_mut(&mut self) -> &mut Child {
-        &mut self.0
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Waits for the child to exit, killing it past `timeout`.
-fn wait_exit(child: &mut Child, timeout: Duration) -> std::process::ExitStatus {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if Instant::now() > deadline {
-            child.kill().unwrap();
-            panic!("vigil did not exit within {timeout:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn stderr_of(child: &mut Child) -> String {
-    let mut text = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut text)
-        .unwrap();
-    text
-}
-
-fn sigterm(child: &Child) {
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
 
 /// Polls the database until `sql` returns `expected` (as text).
 fn wait_for_db(db: &Path, sql: &str, expected: &str) {
@@ -312,6 +244,26 @@ fn an_invalid_setting_stops_start_up_naming_the_variable_and_the_value() {
         &["DATABASE_URL", "mysql://127.0.0.1/vigil"],
         &[],
     );
+    check_refused(
+        &[
+            ("VIGIL_PLUGIN_DIR", "/srv/vigil/plugins"),
+            ("VIGIL_CACHE_DIR", "/srv/vigil/plugins/cache"),
+        ],
+        &[
+            "VIGIL_CACHE_DIR",
+            "/srv/vigil/plugins/cache",
+            "inside the plugin directory",
+        ],
+        &[],
+    );
+    check_refused(
+        &[
+            ("VIGIL_PLUGIN_DIR", "/srv/cache"),
+            ("XDG_CACHE_HOME", "/srv/cache"),
+        ],
+        &["VIGIL_PLUGIN_DIR", "/srv/cache/vigil"],
+        &[],
+    );
 }
 
 #[test]
@@ -339,6 +291,8 @@ fn serve_help_lists_every_setting() {
         "KUBECONFIG_DIR",
         "DATABASE_URL",
         "VIGIL_LOG_FORMAT",
+        "VIGIL_PLUGIN_DIR",
+        "VIGIL_CACHE_DIR",
     ] {
         assert!(help.contains(name), "{name} missing from --help:\n{help}");
     }

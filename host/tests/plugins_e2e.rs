@@ -1,0 +1,585 @@
+//! `vigil serve` — the real binary, probing through the first-party `kubeconfig-file`
+//! plugin of `plugins.d/` — against the fake Kubernetes API server over real TLS. Every
+//! address is on loopback.
+//!
+//! The binary logs at trace level, as JSON. Each test counts the probes it made from that
+//! log, and scans all of it for every secret its kubeconfigs hold (tokens, client keys and
+//! certificates, in plain and base64 forms). Only Cranelift's code generator is held at
+//! `info`: it sees compiled plugin code, never credentials, and at trace level it logs
+//! every function it compiles.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD};
+use vigil::store::{ClusterRecord, Store};
+use vigil::worker::wall_clock;
+use vigil_decision::{AppStatus, ClusterStatus, ConditionType};
+use vigil_fake_kube::kubeconfig::write_kubeconfigs;
+use vigil_fake_kube::{
+    AddressPlan, CaRotation, ClusterHandle, Fleet, HangPoint, KubeconfigOptions, KubeconfigShape,
+    ShapePlan, WrittenKubeconfig,
+};
+
+#[path = "support/process.rs"]
+mod process;
+
+use process::{Running, sigterm, vigil, wait_exit};
+
+/// The one request a probe makes.
+const NAMESPACES: &str = "/api/v1/namespaces";
+
+/// Everything at trace, except Cranelift's code generation (see the module comment).
+const TRACE: &str = "trace,cranelift_codegen=info,cranelift_frontend=info,\
+                     cranelift_entity=info,wasmtime_internal_cranelift=info,regalloc2=info";
+
+fn plugin_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .join("plugins.d");
+    assert!(
+        dir.join("kubeconfig-file.wasm").is_file() && dir.join("kubeconfig-file.toml").is_file(),
+        "{}/kubeconfig-file.wasm (and .toml) are missing: run scripts/build-plugins",
+        dir.display()
+    );
+    dir
+}
+
+/// A running `vigil serve` with its own database, cache and log file.
+struct Vigil {
+    child: Running,
+    log: PathBuf,
+    store: Store,
+}
+
+impl Vigil {
+    /// Starts vigil on `kubeconfigs` (1 s interval and timeout, threshold 2) and
+    /// waits for its first discovery.
+    async fn start(dir: &Path, kubeconfigs: &Path) -> Self {
+        let log = dir.join("vigil.log");
+        let mut child = vigil(dir)
+            .arg("serve")
+            .env("KUBECONFIG_DIR", kubeconfigs)
+            .env("VIGIL_PLUGIN_DIR", plugin_dir())
+            // Shared by the tests of this file (the cache is safe to share): the plugin
+            // is compiled once per build of it, not once per test.
+            .env(
+                "VIGIL_CACHE_DIR",
+                Path::new(env!("CARGO_TARGET_TMPDIR")).join("plugins-e2e-cache"),
+            )
+            .env("CLUSTER_HEALTH_INTERVAL", "1")
+            .env("CLUSTER_HEALTH_TIMEOUT", "1")
+            .env("CLUSTER_HEALTH_FAILURE_THRESHOLD", "2")
+            .env("VIGIL_LOG_FORMAT", "json")
+            .env("RUST_LOG", TRACE)
+            .stderr(File::create(&log).unwrap())
+            .spawn()
+            .map(Running)
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !log_lines(&log)
+            .iter()
+            .any(|l| message(l) == "discovery done")
+        {
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!("vigil exited with {status:?}:\n{}", tail(&log));
+            }
+            assert!(
+                Instant::now() < deadline,
+                "vigil did not discover within 120 s:\n{}",
+                tail(&log)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let store = Store::open(&format!("sqlite://{}", dir.join("vigil.db").display()))
+            .await
+            .unwrap();
+        Self { child, log, store }
+    }
+
+    async fn cluster(&self, name: &str) -> ClusterRecord {
+        self.store.cluster(name).await.unwrap()
+    }
+
+    /// Waits until `check` holds for cluster `name`.
+    async fn wait_for(&self, name: &str, what: &str, check: impl Fn(&ClusterRecord) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let cluster = self.cluster(name).await;
+            if check(&cluster) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name} never became {what}; now {:?} last {:?} ({:?}: {:?}), conditions {:?}\n{}",
+                cluster.health.status,
+                cluster.last_outcome,
+                cluster.last_reason_class,
+                cluster.last_reason,
+                cluster.health.conditions,
+                tail(&self.log)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn wait_status(&self, name: &str, status: ClusterStatus) {
+        self.wait_for(name, status.as_str(), |c| c.health.status == status)
+            .await;
+    }
+
+    /// Stops vigil with SIGTERM and returns its log lines.
+    async fn stop(mut self) -> Vec<serde_json::Value> {
+        self.store.close().await;
+        sigterm(&self.child);
+        let status = wait_exit(&mut self.child, Duration::from_secs(15));
+        assert!(status.success(), "exit {status:?}\n{}", tail(&self.log));
+        log_lines(&self.log)
+    }
+}
+
+/// Reads the log as it is being written: a read can end inside a character.
+fn read_log(path: &Path) -> String {
+    String::from_utf8_lossy(&std::fs::read(path).unwrap_or_default()).into_owned()
+}
+
+fn log_lines(path: &Path) -> Vec<serde_json::Value> {
+    read_log(path)
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect()
+}
+
+fn message(line: &serde_json::Value) -> &str {
+    line["fields"]["message"].as_str().unwrap_or("")
+}
+
+fn tail(path: &Path) -> String {
+    let text = read_log(path);
+    let lines: Vec<&str> = text.lines().filter(|l| !l.contains("\"TRACE\"")).collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+/// The outcomes vigil applied per cluster, in order, from its log.
+fn applied_outcomes(log: &[serde_json::Value]) -> BTreeMap<String, Vec<String>> {
+    let mut outcomes: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for line in log.iter().filter(|l| message(l) == "probe applied") {
+        let cluster = line["fields"]["cluster"].as_str().unwrap().to_owned();
+        let outcome = line["fields"]["outcome"].as_str().unwrap().to_owned();
+        outcomes.entry(cluster).or_default().push(outcome);
+    }
+    outcomes
+}
+
+fn write(clusters: &[ClusterHandle], dir: &Path, shapes: ShapePlan) -> Vec<WrittenKubeconfig> {
+    write_kubeconfigs(
+        clusters,
+        dir,
+        &KubeconfigOptions {
+            shapes,
+            single_file: false,
+        },
+    )
+    .unwrap()
+}
+
+/// Every secret the kubeconfig directory holds, in the forms a leak would take: tokens
+/// plain and base64; for certificates and keys, each PEM body line and slices of the
+/// base64 `*-data` values (past their common `-----BEGIN` prefix).
+fn secrets_in(kubeconfigs: &Path, fleet: &Fleet) -> BTreeSet<String> {
+    let mut needles = BTreeSet::new();
+    for cluster in fleet.clusters() {
+        add_token(&mut needles, cluster.admin_token());
+        add_token(&mut needles, cluster.reader_token());
+    }
+    let mut files = vec![kubeconfigs.to_path_buf()];
+    while let Some(path) = files.pop() {
+        if path.is_dir() {
+            files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        if text.contains("-----BEGIN") {
+            // A credential file of the `files` shape. A CA certificate is public, but a
+            // client certificate is not, and the files do not say which is which.
+            add_pem(&mut needles, &text);
+            continue;
+        }
+        let Ok(kubeconfig) = kube::config::Kubeconfig::from_yaml(&text) else {
+            add_token(&mut needles, text.trim()); // a token file
+            continue;
+        };
+        // Serialising writes the secret fields out in plain.
+        let kubeconfig = serde_json::to_value(&kubeconfig).unwrap();
+        for user in kubeconfig["users"].as_array().into_iter().flatten() {
+            let user = &user["user"];
+            if let Some(token) = user["token"].as_str() {
+                add_token(&mut needles, token);
+            }
+            for field in ["client-key-data", "client-certificate-data"] {
+                if let Some(data) = user[field].as_str() {
+                    let decoded = STANDARD.decode(data).unwrap();
+                    add_pem(&mut needles, &String::from_utf8(decoded).unwrap());
+                    needles.insert(data[64..112].to_owned());
+                }
+            }
+        }
+    }
+    assert!(needles.len() > 20, "the scan must have secrets to look for");
+    needles
+}
+
+fn add_token(needles: &mut BTreeSet<String>, token: &str) {
+    needles.insert(token.to_owned());
+    needles.insert(STANDARD.encode(token));
+    needles.insert(STANDARD_NO_PAD.encode(token));
+}
+
+fn add_pem(needles: &mut BTreeSet<String>, text: &str) {
+    for line in text
+        .lines()
+        .filter(|l| l.len() >= 40 && !l.starts_with("-----"))
+    {
+        needles.insert(line.to_owned());
+    }
+    let encoded = STANDARD.encode(text);
+    for start in (64..encoded.len().saturating_sub(48)).step_by(48) {
+        needles.insert(encoded[start..start + 48].to_owned());
+    }
+}
+
+fn assert_no_secret(log_path: &Path, needles: &BTreeSet<String>) {
+    let log = read_log(log_path);
+    assert!(
+        log.lines().count() > 1_000,
+        "the log is at trace level ({} lines)",
+        log.lines().count()
+    );
+    for needle in needles {
+        if let Some(at) = log.find(needle.as_str()) {
+            let line_start = log[..at].rfind('\n').map_or(0, |i| i + 1);
+            panic!(
+                "a secret appears in the log (line {}): its text starts {:?}",
+                log[..at].lines().count(),
+                &log[line_start..(line_start + 160).min(log.len())]
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovered_clusters_go_online_an_outage_cascades_and_recovery_restores_exactly_the_marked_apps()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfigs = dir.path().join("kubeconfigs");
+    let fleet = Fleet::builder()
+        .clusters(3)
+        .addresses(AddressPlan::Auto)
+        .start()
+        .await
+        .unwrap();
+    // Client certificate inline, client certificate in files, bearer token.
+    let written = write(fleet.clusters(), &kubeconfigs, ShapePlan::Mixed);
+    let shapes: Vec<KubeconfigShape> = written.iter().map(|w| w.shape).collect();
+    assert_eq!(
+        shapes,
+        [
+            KubeconfigShape::Embedded,
+            KubeconfigShape::Files,
+            KubeconfigShape::Token
+        ]
+    );
+    let names: Vec<String> = fleet
+        .clusters()
+        .iter()
+        .map(|c| c.name().to_owned())
+        .collect();
+    let down = &names[0];
+
+    let vigil = Vigil::start(dir.path(), &kubeconfigs).await;
+    for name in &names {
+        vigil.wait_status(name, ClusterStatus::Online).await;
+    }
+    // Each was discovered UNKNOWN and made ONLINE by a probe.
+    for name in &names {
+        let events = vigil.store.events(Some(name)).await.unwrap();
+        let first = events.iter().find(|e| e.kind == "status-changed").unwrap();
+        let detail: serde_json::Value = serde_json::from_str(&first.detail).unwrap();
+        assert_eq!(
+            (detail["from"].as_str(), detail["to"].as_str()),
+            (Some("UNKNOWN"), Some("ONLINE")),
+            "{name}: {detail}"
+        );
+    }
+
+    // Apps on the cluster that goes down: two deployed, one degraded by the platform.
+    let now = wall_clock();
+    for app in ["shop", "search"] {
+        vigil
+            .store
+            .register_app(app, down, AppStatus::Pending, now)
+            .await
+            .unwrap();
+        vigil
+            .store
+            .record_deployment(app, Some("1.0"), None, now)
+            .await
+            .unwrap();
+    }
+    vigil
+        .store
+        .register_app("batch", down, AppStatus::Degraded, now)
+        .await
+        .unwrap();
+    vigil
+        .store
+        .register_app("elsewhere", &names[1], AppStatus::Deployed, now)
+        .await
+        .unwrap();
+
+    fleet.get(0).unwrap().refuse().await.unwrap();
+    vigil.wait_status(down, ClusterStatus::Offline).await;
+    let offline = vigil.cluster(down).await;
+    assert_eq!(offline.last_reason_class.as_deref(), Some("refused"));
+    let status_of = |apps: &[vigil::store::AppRecord], name: &str| {
+        apps.iter().find(|a| a.name == name).unwrap().status
+    };
+    let apps = vigil.store.apps().await.unwrap();
+    assert_eq!(status_of(&apps, "shop"), AppStatus::Degraded);
+    assert_eq!(status_of(&apps, "search"), AppStatus::Degraded);
+    assert_eq!(status_of(&apps, "batch"), AppStatus::Degraded);
+    assert_eq!(status_of(&apps, "elsewhere"), AppStatus::Deployed);
+    for name in &names[1..] {
+        assert_eq!(
+            vigil.cluster(name).await.health.status,
+            ClusterStatus::Online
+        );
+    }
+
+    fleet.get(0).unwrap().come_back().await.unwrap();
+    vigil.wait_status(down, ClusterStatus::Online).await;
+    let apps = vigil.store.apps().await.unwrap();
+    assert_eq!(status_of(&apps, "shop"), AppStatus::Deployed);
+    assert_eq!(status_of(&apps, "search"), AppStatus::Deployed);
+    assert_eq!(
+        status_of(&apps, "batch"),
+        AppStatus::Degraded,
+        "an app the platform degraded is not restored by a cluster's recovery"
+    );
+    assert_eq!(status_of(&apps, "elsewhere"), AppStatus::Deployed);
+
+    // Quiesce before counting: with every cluster refusing, a probe still in flight
+    // finishes and later ones reach no server.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    for cluster in fleet.clusters() {
+        cluster.refuse().await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let log = vigil.stop().await;
+
+    // One namespace list per probe that reached the server, and no other request.
+    let outcomes = applied_outcomes(&log);
+    for (cluster, name) in fleet.clusters().iter().zip(&names) {
+        let requests = cluster.log().entries();
+        let probes = &outcomes[name];
+        let healthy = probes.iter().filter(|o| *o == "healthy").count();
+        assert!(healthy >= 3, "{name}: {probes:?}");
+        assert_eq!(
+            requests.len(),
+            healthy,
+            "{name}: one request per healthy probe (applied: {probes:?})"
+        );
+        for request in &requests {
+            assert_eq!(
+                (
+                    request.method.as_str(),
+                    request.path.as_str(),
+                    request.query.as_deref()
+                ),
+                ("GET", NAMESPACES, Some("limit=1")),
+                "{name}"
+            );
+            assert_eq!(request.status, Some(200), "{name}");
+        }
+        let connections: BTreeSet<u64> = requests.iter().map(|r| r.connection).collect();
+        assert_eq!(
+            connections.len(),
+            requests.len(),
+            "{name}: a fresh connection per probe"
+        );
+    }
+    assert_eq!(
+        outcomes[down]
+            .iter()
+            .filter(|o| *o == "unhealthy")
+            .count()
+            .min(2),
+        2,
+        "{down}: the outage took at least two counted failures: {:?}",
+        outcomes[down]
+    );
+
+    assert_no_secret(
+        &dir.path().join("vigil.log"),
+        &secrets_in(&kubeconfigs, &fleet),
+    );
+    fleet.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_ca_wrong_token_hang_exec_and_deleted_kubeconfig_each_give_their_outcome() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfigs = dir.path().join("kubeconfigs");
+    let fleet = Fleet::builder()
+        .clusters(5)
+        .addresses(AddressPlan::Auto)
+        .start()
+        .await
+        .unwrap();
+    let clusters = fleet.clusters();
+    let [wrong_ca, wrong_token, hanging, deleted, control] =
+        [0, 1, 2, 3, 4].map(|i| clusters[i].name().to_owned());
+    write(
+        &clusters[0..1],
+        &kubeconfigs,
+        ShapePlan::Only(KubeconfigShape::Embedded),
+    );
+    write(
+        &clusters[1..2],
+        &kubeconfigs,
+        ShapePlan::Only(KubeconfigShape::Token),
+    );
+    write(
+        &clusters[2..3],
+        &kubeconfigs,
+        ShapePlan::Only(KubeconfigShape::Embedded),
+    );
+    let deleted_files = write(
+        &clusters[3..4],
+        &kubeconfigs,
+        ShapePlan::Only(KubeconfigShape::Embedded),
+    );
+    write(
+        &clusters[4..5],
+        &kubeconfigs,
+        ShapePlan::Only(KubeconfigShape::TokenFile),
+    );
+    // An EKS-style kubeconfig: its credentials come from a command vigil never runs.
+    std::fs::write(
+        kubeconfigs.join("eks.yaml"),
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: eks\nclusters:\n- name: eks\n  cluster:\n    server: {}\n    insecure-skip-tls-verify: true\ncontexts:\n- name: eks\n  context:\n    cluster: eks\n    user: eks\nusers:\n- name: eks\n  user:\n    exec:\n      apiVersion: client.authentication.k8s.io/v1beta1\n      command: aws\n      args: [eks, get-token, --cluster-name, eks]\n",
+            clusters[4].server_url()
+        ),
+    )
+    .unwrap();
+    let needles = secrets_in(&kubeconfigs, &fleet);
+
+    let vigil = Vigil::start(dir.path(), &kubeconfigs).await;
+    for name in [&wrong_ca, &wrong_token, &hanging, &deleted, &control] {
+        vigil.wait_status(name, ClusterStatus::Online).await;
+    }
+    vigil
+        .wait_for("eks", "not probeable", |c| {
+            c.last_outcome.as_deref() == Some("not-probeable")
+        })
+        .await;
+    let eks = vigil.cluster("eks").await;
+    assert_eq!(eks.health.status, ClusterStatus::Unknown);
+    assert_eq!(eks.last_reason_class.as_deref(), Some("exec-credentials"));
+    let condition = eks.health.condition(ConditionType::NotProbeable).unwrap();
+    assert!(
+        condition.message.contains("exec"),
+        "the reason says why: {condition:?}"
+    );
+    assert!(
+        !clusters[4].log().entries().is_empty(),
+        "the control cluster (also the EKS entry's server) is probed"
+    );
+
+    clusters[0].rotate_certificate(CaRotation::New).unwrap();
+    assert!(clusters[1].revoke_token(clusters[1].admin_token()));
+    clusters[2].hang(HangPoint::Request).await.unwrap();
+    for file in &deleted_files {
+        std::fs::remove_file(&file.path).unwrap();
+    }
+
+    vigil
+        .wait_for(&wrong_ca, "unhealthy (tls)", |c| {
+            c.last_outcome.as_deref() == Some("unhealthy")
+                && c.last_reason_class.as_deref() == Some("tls")
+        })
+        .await;
+    vigil.wait_status(&wrong_ca, ClusterStatus::Offline).await;
+
+    vigil
+        .wait_for(&wrong_token, "credentials-rejected", |c| {
+            c.health
+                .condition(ConditionType::CredentialsRejected)
+                .is_some()
+        })
+        .await;
+    let rejected = vigil.cluster(&wrong_token).await;
+    assert_eq!(
+        rejected.last_outcome.as_deref(),
+        Some("credentials-rejected")
+    );
+    assert_eq!(
+        rejected.health.status,
+        ClusterStatus::Online,
+        "rejected credentials are not an outage"
+    );
+
+    vigil
+        .wait_for(&hanging, "unhealthy (timeout)", |c| {
+            c.last_outcome.as_deref() == Some("unhealthy")
+                && c.last_reason_class.as_deref() == Some("timeout")
+        })
+        .await;
+
+    vigil
+        .wait_for(&deleted, "reference-broken", |c| {
+            c.health.condition(ConditionType::ReferenceBroken).is_some()
+        })
+        .await;
+    let broken = vigil.cluster(&deleted).await;
+    assert_eq!(
+        broken.last_reason_class.as_deref(),
+        Some("reference-broken")
+    );
+    assert_eq!(broken.health.status, ClusterStatus::Online, "status kept");
+
+    // The others of the same ticks went on being probed.
+    let before = clusters[4].log().entries().len();
+    vigil
+        .wait_for(&control, "probed again", |_| {
+            clusters[4].log().entries().len() >= before + 2
+        })
+        .await;
+    let control_record = vigil.cluster(&control).await;
+    assert_eq!(control_record.health.status, ClusterStatus::Online);
+    assert_eq!(control_record.last_outcome.as_deref(), Some("healthy"));
+    // Still rejected after several probes: never counted toward an outage.
+    assert_eq!(
+        vigil.cluster(&wrong_token).await.health.status,
+        ClusterStatus::Online
+    );
+
+    let log = vigil.stop().await;
+    let outcomes = applied_outcomes(&log);
+    assert!(
+        outcomes[&wrong_token]
+            .iter()
+            .filter(|o| *o == "credentials-rejected")
+            .count()
+            >= 2,
+        "{:?}",
+        outcomes[&wrong_token]
+    );
+    assert_no_secret(&dir.path().join("vigil.log"), &needles);
+    fleet.shutdown().await;
+}

@@ -1,0 +1,79 @@
+//! Running the `vigil` binary in tests: a command with a clean environment,
+//! a child killed if the test fails, exit with a deadline, SIGTERM.
+#![allow(dead_code)]
+
+use std::io::Read;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// `vigil` with an empty environment (only `HOME` = `dir`, `PATH`, `RUST_LOG=info`), run in `dir`.
+pub fn vigil(dir: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_vigil"));
+    command
+        .current_dir(dir)
+        .env_clear()
+        .env("HOME", dir)
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null());
+    command
+}
+
+/// A running `vigil`, killed if the test fails before stopping it.
+pub struct Running(pub Child);
+
+impl std::ops::Deref for Running {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Running {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Waits for the child to exit, killing it past `timeout`.
+pub fn wait_exit(child: &mut Child, timeout: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("vigil did not exit within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+pub fn stderr_of(child: &mut Child) -> String {
+    let mut text = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut text)
+        .unwrap();
+    text
+}
+
+pub fn sigterm(child: &Child) {
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
