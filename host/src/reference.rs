@@ -504,7 +504,13 @@ pub fn resolve(reference: &Reference) -> Resolution {
     match reference {
         Reference::File { path, context } => match resolve_file(path, context.as_deref()) {
             Ok(material) => Resolution::Connection(Box::new(material)),
-            Err(NotProbeable { class, message }) => Resolution::NotProbeable { class, message },
+            // Every message names the file first, in the words the guest SDK's `select`
+            // uses after it (the kubeconfig-file plugin writes `kubeconfig PATH: …` too), so
+            // an operator reads the same sentence whichever side found the problem.
+            Err(NotProbeable { class, message }) => Resolution::NotProbeable {
+                class,
+                message: format!("kubeconfig {}: {message}", path.display()),
+            },
         },
         Reference::Secret { .. } | Reference::Http { .. } => Resolution::Delegated,
     }
@@ -527,9 +533,8 @@ fn resolve_file(
     kubeconfig: &Path,
     context: Option<&str>,
 ) -> Result<ConnectionMaterial, NotProbeable> {
-    let file = kubeconfig.display();
-    let config = discovery::load_kubeconfig(kubeconfig)
-        .map_err(|problem| broken(format!("kubeconfig {file}: {problem}")))?;
+    let config =
+        discovery::load_kubeconfig(kubeconfig).map_err(|problem| broken(problem.to_string()))?;
     let context_name = match context {
         Some(context) => context.to_owned(),
         None => config
@@ -537,24 +542,29 @@ fn resolve_file(
             .clone()
             .filter(|name| !name.is_empty())
             .ok_or_else(|| {
-                broken(format!(
-                    "kubeconfig {file} has no current-context and the reference names no context"
-                ))
+                broken(
+                    "the kubeconfig has no current-context and the reference names no context"
+                        .to_owned(),
+                )
             })?,
     };
     let named = config
         .contexts
         .iter()
         .find(|candidate| candidate.name == context_name)
-        .ok_or_else(|| broken(format!("context {context_name:?} not found in {file}")))?;
-    let parts = discovery::context_parts(&config, named)
-        .map_err(|problem| broken(format!("{file}: {problem}")))?;
+        .ok_or_else(|| {
+            broken(format!(
+                "context {context_name:?} not found in the kubeconfig"
+            ))
+        })?;
+    let parts =
+        discovery::context_parts(&config, named).map_err(|problem| broken(problem.to_string()))?;
     let no_credentials = AuthInfo::default();
     let (user_name, user) = match parts.user {
         Some((name, user)) => (name, user.unwrap_or(&no_credentials)),
         None => ("", &no_credentials),
     };
-    let owner = format!("user {user_name:?} of context {context_name:?} in {file}");
+    let owner = format!("user {user_name:?} of context {context_name:?}");
 
     // Credential plugins decide before anything else: kubectl would run them, vigil does not
     // (DESIGN "Later": exec-credential capability), so file problems are beside the point.
@@ -593,7 +603,7 @@ fn resolve_file(
     let base = kubeconfig.parent().unwrap_or(Path::new("/"));
     let cluster = parts.cluster;
     let cluster_owner = format!(
-        "cluster {:?} of context {context_name:?} in {file}",
+        "cluster {:?} of context {context_name:?}",
         parts.cluster_name
     );
     let insecure_skip_tls_verify = cluster.insecure_skip_tls_verify.unwrap_or(false);

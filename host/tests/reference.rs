@@ -315,11 +315,11 @@ fn corpus_references_resolve_as_kubectl_would() {
     );
     check(
         "<root>/eks/config#arn:aws:eks:eu-west-1:111122223333:cluster/vigil-demo",
-        "not probeable (exec-credentials): user \"arn:aws:eks:eu-west-1:111122223333:cluster/vigil-demo\" of context \"arn:aws:eks:eu-west-1:111122223333:cluster/vigil-demo\" in <root>/eks/config gets its credentials from the exec plugin \"aws\"; vigil does not run credential plugins",
+        "not probeable (exec-credentials): kubeconfig <root>/eks/config: user \"arn:aws:eks:eu-west-1:111122223333:cluster/vigil-demo\" of context \"arn:aws:eks:eu-west-1:111122223333:cluster/vigil-demo\" gets its credentials from the exec plugin \"aws\"; vigil does not run credential plugins",
     );
     check(
         "<root>/gke/config",
-        "not probeable (exec-credentials): user \"gke_vigil-fake-project_europe-west1-b_demo\" of context \"gke_vigil-fake-project_europe-west1-b_demo\" in <root>/gke/config gets its credentials from the auth-provider \"gcp\"; vigil does not run credential plugins",
+        "not probeable (exec-credentials): kubeconfig <root>/gke/config: user \"gke_vigil-fake-project_europe-west1-b_demo\" of context \"gke_vigil-fake-project_europe-west1-b_demo\" gets its credentials from the auth-provider \"gcp\"; vigil does not run credential plugins",
     );
     check(
         "<root>/static-token/config#static",
@@ -373,27 +373,27 @@ fn broken_references_name_the_file_or_context() {
     );
     check(
         "<root>/shared-cluster/config#nope",
-        "not probeable (reference-broken): context \"nope\" not found in <root>/shared-cluster/config",
+        "not probeable (reference-broken): kubeconfig <root>/shared-cluster/config: context \"nope\" not found in the kubeconfig",
     );
     check(
         "<root>/bad/broken-contexts.yaml#no-such-cluster",
-        "not probeable (reference-broken): <root>/bad/broken-contexts.yaml: context \"no-such-cluster\" names cluster \"ghost\", which this file does not define",
+        "not probeable (reference-broken): kubeconfig <root>/bad/broken-contexts.yaml: context \"no-such-cluster\" names cluster \"ghost\", which this file does not define",
     );
     check(
         "<root>/bad/broken-contexts.yaml#no-such-user",
-        "not probeable (reference-broken): <root>/bad/broken-contexts.yaml: context \"no-such-user\" names user \"ghost\", which this file does not define",
+        "not probeable (reference-broken): kubeconfig <root>/bad/broken-contexts.yaml: context \"no-such-user\" names user \"ghost\", which this file does not define",
     );
     check(
         "<root>/bad/broken-contexts.yaml#no-server",
-        "not probeable (reference-broken): <root>/bad/broken-contexts.yaml: context \"no-server\": cluster \"serverless\" has no server",
+        "not probeable (reference-broken): kubeconfig <root>/bad/broken-contexts.yaml: context \"no-server\": cluster \"serverless\" has no server",
     );
     check(
         "<root>/bad/missing-sections.yaml",
-        "not probeable (reference-broken): <root>/bad/missing-sections.yaml: context \"orphan\" names cluster \"orphan\", which this file does not define",
+        "not probeable (reference-broken): kubeconfig <root>/bad/missing-sections.yaml: context \"orphan\" names cluster \"orphan\", which this file does not define",
     );
     check(
         "<root>/bad/missing-files.yaml",
-        "not probeable (reference-broken): the certificate-authority file <root>/bad/pki/ca.crt of cluster \"absent-files\" of context \"absent-files\" in <root>/bad/missing-files.yaml does not exist",
+        "not probeable (reference-broken): kubeconfig <root>/bad/missing-files.yaml: the certificate-authority file <root>/bad/pki/ca.crt of cluster \"absent-files\" of context \"absent-files\" does not exist",
     );
     check(
         "<root>/bad/syntax-error.yaml#broken",
@@ -609,19 +609,19 @@ fn rarer_kubeconfig_shapes_resolve_as_kubectl_would() {
             "certificate-authority: /etc/vigil-absent/ca.crt",
             "",
             &[],
-            "not probeable (reference-broken): the certificate-authority file /etc/vigil-absent/ca.crt of cluster \"c\" of context \"x\" in <root>/config does not exist",
+            "not probeable (reference-broken): kubeconfig <root>/config: the certificate-authority file /etc/vigil-absent/ca.crt of cluster \"c\" of context \"x\" does not exist",
         ),
         (
             "certificate-authority: ca.crt, insecure-skip-tls-verify: true",
             "",
             &[("ca.crt", "x")],
-            "not probeable (reference-broken): cluster \"c\" of context \"x\" in <root>/config sets insecure-skip-tls-verify together with a certificate authority, which kubectl refuses",
+            "not probeable (reference-broken): kubeconfig <root>/config: cluster \"c\" of context \"x\" sets insecure-skip-tls-verify together with a certificate authority, which kubectl refuses",
         ),
         (
             "certificate-authority-data: 'vigil-fake-not-base64-secret-66!'",
             "",
             &[],
-            "not probeable (reference-broken): the certificate-authority-data of cluster \"c\" of context \"x\" in <root>/config is not valid base64",
+            "not probeable (reference-broken): kubeconfig <root>/config: the certificate-authority-data of cluster \"c\" of context \"x\" is not valid base64",
         ),
         (
             "certificate-authority-data: 'Y2E=', certificate-authority: absent.crt",
@@ -633,13 +633,13 @@ fn rarer_kubeconfig_shapes_resolve_as_kubectl_would() {
             "",
             "client-certificate: client.crt",
             &[("client.crt", "x")],
-            "not probeable (reference-broken): user \"u\" of context \"x\" in <root>/config has a client certificate but no client key",
+            "not probeable (reference-broken): kubeconfig <root>/config: user \"u\" of context \"x\" has a client certificate but no client key",
         ),
         (
             "",
             "client-key-data: 'a2V5'",
             &[],
-            "not probeable (reference-broken): user \"u\" of context \"x\" in <root>/config has a client key but no client certificate",
+            "not probeable (reference-broken): kubeconfig <root>/config: user \"u\" of context \"x\" has a client key but no client certificate",
         ),
         (
             "",
@@ -657,31 +657,31 @@ fn rarer_kubeconfig_shapes_resolve_as_kubectl_would() {
             "",
             "tokenFile: absent-token",
             &[],
-            "not probeable (reference-broken): the tokenFile file <root>/absent-token of user \"u\" of context \"x\" in <root>/config does not exist",
+            "not probeable (reference-broken): kubeconfig <root>/config: the tokenFile file <root>/absent-token of user \"u\" of context \"x\" does not exist",
         ),
         (
             "",
             "tokenFile: sub",
             &[],
-            "not probeable (reference-broken): the tokenFile file <root>/sub of user \"u\" of context \"x\" in <root>/config does not exist",
+            "not probeable (reference-broken): kubeconfig <root>/config: the tokenFile file <root>/sub of user \"u\" of context \"x\" does not exist",
         ),
         (
             "",
             "username: admin, password: vigil-fake-password-88",
             &[],
-            "not probeable (reference-broken): user \"u\" of context \"x\" in <root>/config uses basic authentication (username and password), which Kubernetes removed and vigil does not support",
+            "not probeable (reference-broken): kubeconfig <root>/config: user \"u\" of context \"x\" uses basic authentication (username and password), which Kubernetes removed and vigil does not support",
         ),
         (
             "",
             "exec: {apiVersion: client.authentication.k8s.io/v1, command: /opt/bin/kubelogin, args: [get-token, --secret, vigil-fake-arg-99]}",
             &[],
-            "not probeable (exec-credentials): user \"u\" of context \"x\" in <root>/config gets its credentials from the exec plugin \"kubelogin\"; vigil does not run credential plugins",
+            "not probeable (exec-credentials): kubeconfig <root>/config: user \"u\" of context \"x\" gets its credentials from the exec plugin \"kubelogin\"; vigil does not run credential plugins",
         ),
         (
             "",
             "auth-provider: {name: oidc, config: {id-token: vigil-fake-id-token-10}}",
             &[],
-            "not probeable (exec-credentials): user \"u\" of context \"x\" in <root>/config gets its credentials from the auth-provider \"oidc\"; vigil does not run credential plugins",
+            "not probeable (exec-credentials): kubeconfig <root>/config: user \"u\" of context \"x\" gets its credentials from the auth-provider \"oidc\"; vigil does not run credential plugins",
         ),
     ];
     for (cluster, user, files, expected) in cases {
@@ -705,7 +705,7 @@ fn rarer_kubeconfig_shapes_resolve_as_kubectl_would() {
         "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:6443'}}]\ncontexts: [{name: x, context: {cluster: c}}]\n",
         &[],
         None,
-        "not probeable (reference-broken): kubeconfig <root>/config has no current-context and the reference names no context",
+        "not probeable (reference-broken): kubeconfig <root>/config: the kubeconfig has no current-context and the reference names no context",
     );
 }
 
@@ -736,7 +736,7 @@ fn a_fifo_named_as_a_certificate_does_not_block_resolution() {
     assert_eq!(
         resolution.describe(),
         format!(
-            "not probeable (reference-broken): the certificate-authority file {root}/ca.crt of cluster \"c\" of context \"x\" in {root}/config is not a regular file",
+            "not probeable (reference-broken): kubeconfig {root}/config: the certificate-authority file {root}/ca.crt of cluster \"c\" of context \"x\" is not a regular file",
             root = dir.path().display()
         )
     );
