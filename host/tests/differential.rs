@@ -30,12 +30,10 @@ use vigil_plugin_sdk::credentials::CredentialsError;
 use vigil_plugin_sdk::kubeconfig::{self, Kubeconfig, Selection, select};
 use vigil_plugin_sdk::{ProbeError, SecretBytes};
 
-fn corpus() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("host/ has a parent")
-        .join("tests/corpus/kubeconfigs")
-}
+#[path = "support/corpus.rs"]
+mod support;
+
+use support::{corpus, corpus_files};
 
 /// A case where the readers disagree by design: the file (relative to the corpus), the
 /// context (`None`: the current context), and why.
@@ -66,7 +64,7 @@ const EXPECTED_DIFFERENCES: &[ExpectedDifference] = &[
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Reading {
     /// Probeable with these connection details.
-    Probeable(Connection),
+    Probeable(Box<Connection>),
     /// Not probeable: the reason class (as the contract spells it) and the message.
     NotProbeable { class: String, message: String },
     /// Only the guest can end here (a read the host denied); never expected.
@@ -123,12 +121,12 @@ fn host_source(material: Option<&Material>) -> Source {
 
 fn host_reading(file: &Path, context: Option<&str>) -> Reading {
     let resolution = resolve(&Reference::File {
-        path: file.to_path_buf(),
+        path: file.to_str().expect("corpus paths are UTF-8").to_owned(),
         context: context.map(str::to_owned),
     });
     let description = resolution.describe();
     match resolution {
-        Resolution::Connection(material) => Reading::Probeable(Connection {
+        Resolution::Connection(material) => Reading::Probeable(Box::new(Connection {
             files: material
                 .files()
                 .into_iter()
@@ -143,7 +141,7 @@ fn host_reading(file: &Path, context: Option<&str>) -> Reading {
             client_key: host_source(material.client_key.as_ref()),
             token: host_source(material.token.as_ref()),
             description,
-        }),
+        })),
         Resolution::NotProbeable { class, message } => Reading::NotProbeable {
             class: class.to_string(),
             message,
@@ -244,7 +242,7 @@ fn guest_reading(file: &Path, context: Option<&str>) -> Reading {
             other => other,
         });
     }
-    Reading::Probeable(Connection {
+    Reading::Probeable(Box::new(Connection {
         context: selection.context.clone(),
         server: selection.server.clone(),
         tls_server_name: selection.tls_server_name.clone(),
@@ -255,27 +253,10 @@ fn guest_reading(file: &Path, context: Option<&str>) -> Reading {
         token: guest_source(selection.token.as_ref(), path, &read),
         description: selection.describe(path),
         files: read,
-    })
+    }))
 }
 
 // ---- The corpus ----
-
-/// Every regular file under `dir`, recursively and sorted. Not only the files named like
-/// kubeconfigs: both readers must also agree that a certificate, a token or a README is not
-/// one.
-fn corpus_files(dir: &Path) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    for entry in fs::read_dir(dir).expect("read the corpus") {
-        let path = entry.expect("corpus entry").path();
-        if path.is_dir() {
-            files.extend(corpus_files(&path));
-        } else {
-            files.push(path);
-        }
-    }
-    files.sort();
-    files
-}
 
 /// A context that no corpus file defines.
 const ABSENT_CONTEXT: &str = "vigil-no-such-context";

@@ -19,16 +19,14 @@ use vigil::reference::{
 };
 use vigil_decision::ReasonClass;
 
-fn corpus() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("host/ has a parent")
-        .join("tests/corpus/kubeconfigs")
-}
+#[path = "support/corpus.rs"]
+mod support;
+
+use support::{corpus, corpus_files};
 
 fn file_ref(path: &str, context: Option<&str>) -> Reference {
     Reference::File {
-        path: PathBuf::from(path),
+        path: path.to_owned(),
         context: context.map(str::to_owned),
     }
 }
@@ -256,7 +254,7 @@ proptest! {
         let path = format!("/{}", segments.join("/"));
         // Without a context, a '#' in the path would be read as one: the documented ambiguity.
         prop_assume!(context.is_some() || !path.contains('#'));
-        let reference = Reference::File { path: PathBuf::from(&path), context };
+        let reference = Reference::File { path, context };
         prop_assert_eq!(Reference::parse(&reference.to_string()), Ok(reference));
     }
 
@@ -346,6 +344,10 @@ fn corpus_references_resolve_as_kubectl_would() {
         "probeable: bearer token inline, CA inline, TLS server name kubernetes.default.svc, server https://127.0.0.1:16443",
     );
     check(
+        "<root>/wrapped-data/config",
+        "probeable: bearer token inline, CA inline, server https://127.0.0.1:23443",
+    );
+    check(
         "<root>/bad/broken-contexts.yaml#works",
         "probeable: client certificate inline, CA inline, server https://127.0.0.1:20443",
     );
@@ -394,6 +396,10 @@ fn broken_references_name_the_file_or_context() {
     check(
         "<root>/bad/missing-files.yaml",
         "not probeable (reference-broken): kubeconfig <root>/bad/missing-files.yaml: the certificate-authority file <root>/bad/pki/ca.crt of cluster \"absent-files\" of context \"absent-files\" does not exist",
+    );
+    check(
+        "<root>/bad/unpadded-data.yaml",
+        "not probeable (reference-broken): kubeconfig <root>/bad/unpadded-data.yaml: the certificate-authority-data of cluster \"unpadded\" of context \"unpadded\" is not valid base64 (kubectl requires the standard alphabet, padded with '=')",
     );
     check(
         "<root>/bad/syntax-error.yaml#broken",
@@ -446,7 +452,7 @@ fn connection(resolution: Resolution) -> ConnectionMaterial {
 
 fn resolve_corpus(file: &str, context: Option<&str>) -> ConnectionMaterial {
     connection(resolve(&Reference::File {
-        path: corpus().join(file),
+        path: corpus().join(file).display().to_string(),
         context: context.map(str::to_owned),
     }))
 }
@@ -488,6 +494,11 @@ fn inline_data_is_decoded_and_files_are_listed() {
     let insecure = resolve_corpus("insecure/config", None);
     assert!(insecure.insecure_skip_tls_verify);
     assert_eq!(insecure.ca, None);
+
+    // Data wrapped over lines decodes to the very bytes of the same data on one line.
+    let wrapped = resolve_corpus("wrapped-data/config", None);
+    assert_eq!(wrapped.ca, token.ca);
+    assert!(inline(wrapped.ca.as_ref()).ends_with(b"-----END CERTIFICATE-----\n"));
 }
 
 #[test]
@@ -529,7 +540,7 @@ fn the_kubeconfigs_directory_is_taken_as_referenced_not_canonicalised() {
     let link = dir.path().join("mounted");
     std::os::unix::fs::symlink(corpus().join("minikube"), &link).expect("symlink");
     let material = connection(resolve(&Reference::File {
-        path: link.join("config"),
+        path: link.join("config").display().to_string(),
         context: None,
     }));
     assert_eq!(material.ca, Some(Material::File(link.join("ca.crt"))));
@@ -539,7 +550,7 @@ fn the_kubeconfigs_directory_is_taken_as_referenced_not_canonicalised() {
 #[test]
 fn credential_plugin_messages_name_the_command_but_not_its_arguments_or_environment() {
     let resolution = resolve(&Reference::File {
-        path: corpus().join("eks/config"),
+        path: corpus().join("eks/config").display().to_string(),
         context: None,
     });
     let Resolution::NotProbeable { class, message } = &resolution else {
@@ -621,7 +632,25 @@ fn rarer_kubeconfig_shapes_resolve_as_kubectl_would() {
             "certificate-authority-data: 'vigil-fake-not-base64-secret-66!'",
             "",
             &[],
-            "not probeable (reference-broken): kubeconfig <root>/config: the certificate-authority-data of cluster \"c\" of context \"x\" is not valid base64",
+            "not probeable (reference-broken): kubeconfig <root>/config: the certificate-authority-data of cluster \"c\" of context \"x\" is not valid base64 (kubectl requires the standard alphabet, padded with '=')",
+        ),
+        (
+            "certificate-authority-data: 'Y2E'",
+            "",
+            &[],
+            "not probeable (reference-broken): kubeconfig <root>/config: the certificate-authority-data of cluster \"c\" of context \"x\" is not valid base64 (kubectl requires the standard alphabet, padded with '=')",
+        ),
+        (
+            "certificate-authority-data: 'Y2 E='",
+            "",
+            &[],
+            "not probeable (reference-broken): kubeconfig <root>/config: the certificate-authority-data of cluster \"c\" of context \"x\" is not valid base64 (kubectl requires the standard alphabet, padded with '=')",
+        ),
+        (
+            "certificate-authority-data: \"Y2\\r\\nE=\\n\"",
+            "",
+            &[],
+            "probeable: no credentials (anonymous), CA inline, server https://127.0.0.1:6443",
         ),
         (
             "certificate-authority-data: 'Y2E=', certificate-authority: absent.crt",
@@ -723,7 +752,7 @@ fn a_fifo_named_as_a_certificate_does_not_block_resolution() {
     )
     .expect("write");
     let reference = Reference::File {
-        path: dir.path().join("config"),
+        path: dir.path().join("config").display().to_string(),
         context: None,
     };
     let (done, result) = std_mpsc::channel();
@@ -796,21 +825,6 @@ fn unbase64(text: &str) -> Option<Vec<u8>> {
             })
             .collect(),
     )
-}
-
-/// Every file under `dir`, recursively, following no symlinks (the corpus has none).
-fn corpus_files(dir: &Path) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    for entry in fs::read_dir(dir).expect("read corpus") {
-        let path = entry.expect("entry").path();
-        if path.is_dir() {
-            files.extend(corpus_files(&path));
-        } else {
-            files.push(path);
-        }
-    }
-    files.sort();
-    files
 }
 
 /// Adds the lines of a PEM or token text (not the `-----BEGIN …` lines) as secrets.
@@ -948,7 +962,7 @@ fn no_corpus_secret_appears_in_any_message_display_or_debug_output() {
     let mut resolutions = 0;
     for (file, context) in corpus_references() {
         let resolution = resolve(&Reference::File {
-            path: file,
+            path: file.display().to_string(),
             context,
         });
         resolutions += 1;
