@@ -23,12 +23,14 @@ use kube::config::{AuthInfo, Cluster, Kubeconfig, KubeconfigError, NamedContext}
 use notify_debouncer_full::notify::{self, Event, EventKind, RecommendedWatcher, RecursiveMode};
 use notify_debouncer_full::{DebounceEventResult, Debouncer, RecommendedCache, new_debouncer};
 use tokio::sync::mpsc;
+use vigil_kubeconfig_rules::server::{self, ServerShape};
+use vigil_kubeconfig_rules::text::sanitize_yaml_problem;
 
 /// The largest kubeconfig file vigil reads, in bytes.
 ///
 /// Real kubeconfigs are a few kilobytes; the cap keeps a stray log file or disk image dropped
 /// into `KUBECONFIG_DIR` from being read into memory whole.
-pub const MAX_KUBECONFIG_BYTES: u64 = 4 * 1024 * 1024;
+pub const MAX_KUBECONFIG_BYTES: u64 = vigil_kubeconfig_rules::text::MAX_KUBECONFIG_BYTES as u64;
 
 /// The shortest debounce [`watch`] accepts; shorter values are raised to it.
 ///
@@ -533,7 +535,7 @@ pub(crate) fn context_parts<'a>(
             context: context_name.clone(),
             cluster: found_cluster.name.clone(),
         })?;
-    match server_shape(server) {
+    match server::shape(server) {
         ServerShape::Url => {}
         ServerShape::NotHttp => {
             return Err(SourceProblem::BadServer {
@@ -554,35 +556,6 @@ pub(crate) fn context_parts<'a>(
         server,
         user,
     })
-}
-
-enum ServerShape {
-    Url,
-    NotHttp,
-    WithCredentials,
-}
-
-/// Checks that a server is `http(s)://AUTHORITY…` with a non-empty authority and no userinfo.
-fn server_shape(server: &str) -> ServerShape {
-    let lower = server.to_ascii_lowercase();
-    let Some(rest) = lower
-        .strip_prefix("https://")
-        .or_else(|| lower.strip_prefix("http://"))
-    else {
-        return ServerShape::NotHttp;
-    };
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
-    if authority.contains('@') {
-        ServerShape::WithCredentials
-    } else if authority.is_empty()
-        || authority
-            .chars()
-            .any(|c| c.is_whitespace() || c.is_control())
-    {
-        ServerShape::NotHttp
-    } else {
-        ServerShape::Url
-    }
 }
 
 /// Lists `KUBECONFIG_DIR`: every entry except dot-entries, sorted by file name.
@@ -641,7 +614,8 @@ pub(crate) fn load_kubeconfig(path: &Path) -> Result<Kubeconfig, SourceProblem> 
     if bytes.len() as u64 > MAX_KUBECONFIG_BYTES {
         return Err(SourceProblem::TooLarge);
     }
-    parse_kubeconfig(&decode_text(bytes)?)
+    let text = vigil_kubeconfig_rules::text::decode(bytes).map_err(|_| SourceProblem::NotText)?;
+    parse_kubeconfig(&text)
 }
 
 /// Explains a failed `stat`: a missing file, a dangling link, or an OS error (loops included).
@@ -677,33 +651,6 @@ fn check_regular(metadata: &Metadata) -> Result<(), SourceProblem> {
         }
     }
     Err(SourceProblem::NotRegularFile("a special file"))
-}
-
-/// Decodes a kubeconfig's bytes the way kube's reader does: UTF-8, with or without a byte
-/// order mark, or UTF-16 with one. NUL characters mean a binary file.
-fn decode_text(bytes: Vec<u8>) -> Result<String, SourceProblem> {
-    let utf16 = |data: &[u8], from: fn([u8; 2]) -> u16| -> Result<String, SourceProblem> {
-        let units: Vec<u16> = data
-            .chunks(2)
-            .map(|pair| match pair {
-                [a, b] => Ok(from([*a, *b])),
-                _ => Err(SourceProblem::NotText),
-            })
-            .collect::<Result<_, _>>()?;
-        String::from_utf16(&units).map_err(|_| SourceProblem::NotText)
-    };
-    let text = match bytes.as_slice() {
-        [0xFF, 0xFE, rest @ ..] => utf16(rest, u16::from_le_bytes)?,
-        [0xFE, 0xFF, rest @ ..] => utf16(rest, u16::from_be_bytes)?,
-        [0xEF, 0xBB, 0xBF, rest @ ..] => {
-            String::from_utf8(rest.to_vec()).map_err(|_| SourceProblem::NotText)?
-        }
-        _ => String::from_utf8(bytes).map_err(|_| SourceProblem::NotText)?,
-    };
-    if text.contains('\0') {
-        return Err(SourceProblem::NotText);
-    }
-    Ok(text)
 }
 
 /// Parses kubeconfig text with kube's types and checks that it is a kubeconfig at all.
@@ -747,77 +694,6 @@ fn parse_kubeconfig(text: &str) -> Result<Kubeconfig, SourceProblem> {
         });
     }
     Ok(config)
-}
-
-/// The longest YAML problem description kept, in characters.
-const MAX_PROBLEM_CHARS: usize = 120;
-
-/// Reduces a YAML parser message to a description that cannot quote the file.
-///
-/// The parser's messages are mostly fixed phrases ("did not find expected key"), but some
-/// quote input: serde's "invalid type: string \"…\"", "unknown variant `…`", "duplicate
-/// mapping key: …", "unexpected character: `…'". So the message is cut at the first quote,
-/// backtick or colon, except for quoted single punctuation (`','`) and for "missing field
-/// `NAME`", whose name comes from kube's types, not from the file. As a last guard, a message
-/// that still contains a long token (8+ characters) of the file's text is replaced by a
-/// generic one.
-pub(crate) fn sanitize_yaml_problem(message: &str, source: &str) -> String {
-    const GENERIC: &str = "the YAML does not have a kubeconfig's structure";
-    // The plain rendering ends with " at line L, column C"; the position is reported apart.
-    let message = message
-        .rfind(" at line ")
-        .map_or(message, |end| &message[..end])
-        .trim();
-    if let Some(field) = message
-        .strip_prefix("missing field `")
-        .and_then(|rest| rest.strip_suffix('`'))
-        && !field.is_empty()
-        && field.len() <= 64
-        && field
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-    {
-        return format!("missing field `{field}`");
-    }
-    let chars: Vec<char> = message.chars().collect();
-    let mut kept = String::new();
-    let mut index = 0;
-    while let Some(&c) = chars.get(index) {
-        if matches!(c, '\'' | '"' | '`') {
-            // `','` style: one punctuation character between matching quotes is not input.
-            match (chars.get(index + 1), chars.get(index + 2)) {
-                (Some(&inner), Some(&close)) if close == c && inner.is_ascii_punctuation() => {
-                    kept.extend([c, inner, close]);
-                    index += 3;
-                    continue;
-                }
-                _ => break,
-            }
-        }
-        if c == ':' || c.is_control() {
-            break;
-        }
-        kept.push(c);
-        index += 1;
-    }
-    let kept = kept.trim_end_matches([' ', ',', ';']).trim();
-    // Whole tokens, not substrings: a token like `vigil-unclosed-…` must not make the fixed
-    // phrase "unclosed quote" suspect, but a message echoing a whole scalar must be caught.
-    let is_yaml_separator = |c: char| {
-        c.is_whitespace() || matches!(c, ':' | ',' | '[' | ']' | '{' | '}' | '"' | '\'' | '#')
-    };
-    let source_tokens: HashSet<&str> = source
-        .split(is_yaml_separator)
-        .filter(|token| token.len() >= 8)
-        .collect();
-    let shares_a_long_word = kept
-        .split(is_yaml_separator)
-        .map(|word| word.trim_matches(|c: char| c.is_ascii_punctuation()))
-        .any(|word| source_tokens.contains(word));
-    if kept.is_empty() || shares_a_long_word {
-        return GENERIC.to_owned();
-    }
-    kept.chars().take(MAX_PROBLEM_CHARS).collect()
 }
 
 /// Why [`watch`] could not start.
@@ -967,91 +843,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sanitize_keeps_fixed_phrases_and_cuts_quoted_input() {
-        let check = |message: &str, source: &str, expected: &str| {
-            assert_eq!(
-                sanitize_yaml_problem(message, source),
-                expected,
-                "{message}"
-            );
-        };
-        check(
-            "while parsing a flow mapping, did not find expected ',' or '}' at line 5, column 9",
-            "",
-            "while parsing a flow mapping, did not find expected ',' or '}'",
-        );
-        check(
-            "missing field `cluster` at line 4, column 5",
-            "",
-            "missing field `cluster`",
-        );
-        check(
-            "duplicate mapping key: token, set DuplicateKeyPolicy in Options if acceptable",
-            "",
-            "duplicate mapping key",
-        );
-        check("unexpected character: `\\u{0}'", "", "unexpected character");
-        check(
-            "invalid type: string \"hunter2hunter2\", expected a sequence",
-            "",
-            "invalid type",
-        );
-        check(
-            "unknown variant `s3cr3t-value`, expected one of",
-            "",
-            "unknown variant",
-        );
-        check(
-            "missing field `bad field` at line 1, column 1",
-            "",
-            "missing field",
-        );
-        check(
-            "unclosed quote at line 4, column 12",
-            "token: \"abc",
-            "unclosed quote",
-        );
-        // A long word shared with the source is taken as a quotation.
-        check(
-            "scanner saw supersecretvalue here",
-            "token: supersecretvalue",
-            "the YAML does not have a kubeconfig's structure",
-        );
-        check(
-            "scanner saw supersecretvalue, here",
-            "token: [supersecretvalue]",
-            "the YAML does not have a kubeconfig's structure",
-        );
-        // Part of a longer token is not a quotation.
-        check(
-            "unclosed quote",
-            "token: \"vigil-fake-unclosed-quote",
-            "unclosed quote",
-        );
-        check("", "", "the YAML does not have a kubeconfig's structure");
-    }
-
-    #[test]
-    fn server_shapes() {
-        let check = |server: &str, expected: &str| {
-            let shape = match server_shape(server) {
-                ServerShape::Url => "url",
-                ServerShape::NotHttp => "not-http",
-                ServerShape::WithCredentials => "credentials",
-            };
-            assert_eq!(shape, expected, "{server}");
-        };
-        check("https://127.0.0.1:6443", "url");
-        check("HTTPS://localhost", "url");
-        check("http://127.0.0.1:8080/prefix", "url");
-        check("127.0.0.1:6443", "not-http");
-        check("https://", "not-http");
-        check("https:// 127.0.0.1", "not-http");
-        check("https://admin:pw@127.0.0.1", "credentials");
-        check("https://127.0.0.1/path@x", "url");
-    }
-
-    #[test]
     fn change_filter_ignores_reads_and_other_files() {
         use notify::event::{AccessKind, AccessMode, CreateKind, DataChange, Flag, ModifyKind};
         let filter = ChangeFilter {
@@ -1077,23 +868,5 @@ mod tests {
         check(write, "/run/other/config", false);
         let rescan = Event::new(EventKind::Other).set_flag(Flag::Rescan);
         assert!(filter.is_relevant(&rescan));
-    }
-
-    #[test]
-    fn decode_text_handles_boms_and_binary() {
-        assert_eq!(
-            decode_text(b"\xEF\xBB\xBFkind: Config".to_vec()),
-            Ok("kind: Config".to_owned())
-        );
-        let utf16: Vec<u8> = [0xFF, 0xFE]
-            .into_iter()
-            .chain("a: b".encode_utf16().flat_map(u16::to_le_bytes))
-            .collect();
-        assert_eq!(decode_text(utf16), Ok("a: b".to_owned()));
-        assert_eq!(
-            decode_text(vec![0xFF, 0x00, 0x01]),
-            Err(SourceProblem::NotText)
-        );
-        assert_eq!(decode_text(b"a\0b".to_vec()), Err(SourceProblem::NotText));
     }
 }

@@ -71,7 +71,7 @@ fn check(
             assert_eq!(
                 Reference::parse(&cluster.reference),
                 Ok(Reference::File {
-                    path: cluster.source_file.clone(),
+                    path: cluster.source_file.display().to_string(),
                     context: Some(cluster.name.clone()),
                 })
             );
@@ -335,6 +335,8 @@ fn bad_corpus_gives_one_error_per_broken_file_or_context_and_keeps_the_rest() {
                 "https://127.0.0.1:21443",
                 "missing-files.yaml",
             ),
+            // Discovered: the bad data breaks its resolution, not its discovery.
+            ("unpadded", "https://127.0.0.1:22443", "unpadded-data.yaml"),
         ],
         &[],
         &[

@@ -19,16 +19,14 @@ use vigil::reference::{
 };
 use vigil_decision::ReasonClass;
 
-fn corpus() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("host/ has a parent")
-        .join("tests/corpus/kubeconfigs")
-}
+#[path = "support/corpus.rs"]
+mod support;
+
+use support::{corpus, corpus_files};
 
 fn file_ref(path: &str, context: Option<&str>) -> Reference {
     Reference::File {
-        path: PathBuf::from(path),
+        path: path.to_owned(),
         context: context.map(str::to_owned),
     }
 }
@@ -256,7 +254,7 @@ proptest! {
         let path = format!("/{}", segments.join("/"));
         // Without a context, a '#' in the path would be read as one: the documented ambiguity.
         prop_assume!(context.is_some() || !path.contains('#'));
-        let reference = Reference::File { path: PathBuf::from(&path), context };
+        let reference = Reference::File { path, context };
         prop_assert_eq!(Reference::parse(&reference.to_string()), Ok(reference));
     }
 
@@ -315,11 +313,11 @@ fn corpus_references_resolve_as_kubectl_would() {
     );
     check(
         "<root>/eks/config#arn:aws:eks:eu-west-1:111122223333:cluster/vigil-demo",
-        "not probeable (exec-credentials): user \"arn:aws:eks:eu-west-1:111122223333:cluster/vigil-demo\" of context \"arn:aws:eks:eu-west-1:111122223333:cluster/vigil-demo\" in <root>/eks/config gets its credentials from the exec plugin \"aws\"; vigil does not run credential plugins",
+        "not probeable (exec-credentials): kubeconfig <root>/eks/config: user \"arn:aws:eks:eu-west-1:111122223333:cluster/vigil-demo\" of context \"arn:aws:eks:eu-west-1:111122223333:cluster/vigil-demo\" gets its credentials from the exec plugin \"aws\"; vigil does not run credential plugins",
     );
     check(
         "<root>/gke/config",
-        "not probeable (exec-credentials): user \"gke_vigil-fake-project_europe-west1-b_demo\" of context \"gke_vigil-fake-project_europe-west1-b_demo\" in <root>/gke/config gets its credentials from the auth-provider \"gcp\"; vigil does not run credential plugins",
+        "not probeable (exec-credentials): kubeconfig <root>/gke/config: user \"gke_vigil-fake-project_europe-west1-b_demo\" of context \"gke_vigil-fake-project_europe-west1-b_demo\" gets its credentials from the auth-provider \"gcp\"; vigil does not run credential plugins",
     );
     check(
         "<root>/static-token/config#static",
@@ -344,6 +342,10 @@ fn corpus_references_resolve_as_kubectl_would() {
     check(
         "<root>/shared-cluster/config#prod-monitoring",
         "probeable: bearer token inline, CA inline, TLS server name kubernetes.default.svc, server https://127.0.0.1:16443",
+    );
+    check(
+        "<root>/wrapped-data/config",
+        "probeable: bearer token inline, CA inline, server https://127.0.0.1:23443",
     );
     check(
         "<root>/bad/broken-contexts.yaml#works",
@@ -373,27 +375,31 @@ fn broken_references_name_the_file_or_context() {
     );
     check(
         "<root>/shared-cluster/config#nope",
-        "not probeable (reference-broken): context \"nope\" not found in <root>/shared-cluster/config",
+        "not probeable (reference-broken): kubeconfig <root>/shared-cluster/config: context \"nope\" not found in the kubeconfig",
     );
     check(
         "<root>/bad/broken-contexts.yaml#no-such-cluster",
-        "not probeable (reference-broken): <root>/bad/broken-contexts.yaml: context \"no-such-cluster\" names cluster \"ghost\", which this file does not define",
+        "not probeable (reference-broken): kubeconfig <root>/bad/broken-contexts.yaml: context \"no-such-cluster\" names cluster \"ghost\", which this file does not define",
     );
     check(
         "<root>/bad/broken-contexts.yaml#no-such-user",
-        "not probeable (reference-broken): <root>/bad/broken-contexts.yaml: context \"no-such-user\" names user \"ghost\", which this file does not define",
+        "not probeable (reference-broken): kubeconfig <root>/bad/broken-contexts.yaml: context \"no-such-user\" names user \"ghost\", which this file does not define",
     );
     check(
         "<root>/bad/broken-contexts.yaml#no-server",
-        "not probeable (reference-broken): <root>/bad/broken-contexts.yaml: context \"no-server\": cluster \"serverless\" has no server",
+        "not probeable (reference-broken): kubeconfig <root>/bad/broken-contexts.yaml: context \"no-server\": cluster \"serverless\" has no server",
     );
     check(
         "<root>/bad/missing-sections.yaml",
-        "not probeable (reference-broken): <root>/bad/missing-sections.yaml: context \"orphan\" names cluster \"orphan\", which this file does not define",
+        "not probeable (reference-broken): kubeconfig <root>/bad/missing-sections.yaml: context \"orphan\" names cluster \"orphan\", which this file does not define",
     );
     check(
         "<root>/bad/missing-files.yaml",
-        "not probeable (reference-broken): the certificate-authority file <root>/bad/pki/ca.crt of cluster \"absent-files\" of context \"absent-files\" in <root>/bad/missing-files.yaml does not exist",
+        "not probeable (reference-broken): kubeconfig <root>/bad/missing-files.yaml: the certificate-authority file <root>/bad/pki/ca.crt of cluster \"absent-files\" of context \"absent-files\" does not exist",
+    );
+    check(
+        "<root>/bad/unpadded-data.yaml",
+        "not probeable (reference-broken): kubeconfig <root>/bad/unpadded-data.yaml: the certificate-authority-data of cluster \"unpadded\" of context \"unpadded\" is not valid base64 (kubectl requires the standard alphabet, padded with '=')",
     );
     check(
         "<root>/bad/syntax-error.yaml#broken",
@@ -446,7 +452,7 @@ fn connection(resolution: Resolution) -> ConnectionMaterial {
 
 fn resolve_corpus(file: &str, context: Option<&str>) -> ConnectionMaterial {
     connection(resolve(&Reference::File {
-        path: corpus().join(file),
+        path: corpus().join(file).display().to_string(),
         context: context.map(str::to_owned),
     }))
 }
@@ -488,6 +494,11 @@ fn inline_data_is_decoded_and_files_are_listed() {
     let insecure = resolve_corpus("insecure/config", None);
     assert!(insecure.insecure_skip_tls_verify);
     assert_eq!(insecure.ca, None);
+
+    // Data wrapped over lines decodes to the very bytes of the same data on one line.
+    let wrapped = resolve_corpus("wrapped-data/config", None);
+    assert_eq!(wrapped.ca, token.ca);
+    assert!(inline(wrapped.ca.as_ref()).ends_with(b"-----END CERTIFICATE-----\n"));
 }
 
 #[test]
@@ -529,7 +540,7 @@ fn the_kubeconfigs_directory_is_taken_as_referenced_not_canonicalised() {
     let link = dir.path().join("mounted");
     std::os::unix::fs::symlink(corpus().join("minikube"), &link).expect("symlink");
     let material = connection(resolve(&Reference::File {
-        path: link.join("config"),
+        path: link.join("config").display().to_string(),
         context: None,
     }));
     assert_eq!(material.ca, Some(Material::File(link.join("ca.crt"))));
@@ -539,7 +550,7 @@ fn the_kubeconfigs_directory_is_taken_as_referenced_not_canonicalised() {
 #[test]
 fn credential_plugin_messages_name_the_command_but_not_its_arguments_or_environment() {
     let resolution = resolve(&Reference::File {
-        path: corpus().join("eks/config"),
+        path: corpus().join("eks/config").display().to_string(),
         context: None,
     });
     let Resolution::NotProbeable { class, message } = &resolution else {
@@ -609,19 +620,37 @@ fn rarer_kubeconfig_shapes_resolve_as_kubectl_would() {
             "certificate-authority: /etc/vigil-absent/ca.crt",
             "",
             &[],
-            "not probeable (reference-broken): the certificate-authority file /etc/vigil-absent/ca.crt of cluster \"c\" of context \"x\" in <root>/config does not exist",
+            "not probeable (reference-broken): kubeconfig <root>/config: the certificate-authority file /etc/vigil-absent/ca.crt of cluster \"c\" of context \"x\" does not exist",
         ),
         (
             "certificate-authority: ca.crt, insecure-skip-tls-verify: true",
             "",
             &[("ca.crt", "x")],
-            "not probeable (reference-broken): cluster \"c\" of context \"x\" in <root>/config sets insecure-skip-tls-verify together with a certificate authority, which kubectl refuses",
+            "not probeable (reference-broken): kubeconfig <root>/config: cluster \"c\" of context \"x\" sets insecure-skip-tls-verify together with a certificate authority, which kubectl refuses",
         ),
         (
             "certificate-authority-data: 'vigil-fake-not-base64-secret-66!'",
             "",
             &[],
-            "not probeable (reference-broken): the certificate-authority-data of cluster \"c\" of context \"x\" in <root>/config is not valid base64",
+            "not probeable (reference-broken): kubeconfig <root>/config: the certificate-authority-data of cluster \"c\" of context \"x\" is not valid base64 (kubectl requires the standard alphabet, padded with '=')",
+        ),
+        (
+            "certificate-authority-data: 'Y2E'",
+            "",
+            &[],
+            "not probeable (reference-broken): kubeconfig <root>/config: the certificate-authority-data of cluster \"c\" of context \"x\" is not valid base64 (kubectl requires the standard alphabet, padded with '=')",
+        ),
+        (
+            "certificate-authority-data: 'Y2 E='",
+            "",
+            &[],
+            "not probeable (reference-broken): kubeconfig <root>/config: the certificate-authority-data of cluster \"c\" of context \"x\" is not valid base64 (kubectl requires the standard alphabet, padded with '=')",
+        ),
+        (
+            "certificate-authority-data: \"Y2\\r\\nE=\\n\"",
+            "",
+            &[],
+            "probeable: no credentials (anonymous), CA inline, server https://127.0.0.1:6443",
         ),
         (
             "certificate-authority-data: 'Y2E=', certificate-authority: absent.crt",
@@ -633,13 +662,13 @@ fn rarer_kubeconfig_shapes_resolve_as_kubectl_would() {
             "",
             "client-certificate: client.crt",
             &[("client.crt", "x")],
-            "not probeable (reference-broken): user \"u\" of context \"x\" in <root>/config has a client certificate but no client key",
+            "not probeable (reference-broken): kubeconfig <root>/config: user \"u\" of context \"x\" has a client certificate but no client key",
         ),
         (
             "",
             "client-key-data: 'a2V5'",
             &[],
-            "not probeable (reference-broken): user \"u\" of context \"x\" in <root>/config has a client key but no client certificate",
+            "not probeable (reference-broken): kubeconfig <root>/config: user \"u\" of context \"x\" has a client key but no client certificate",
         ),
         (
             "",
@@ -657,31 +686,31 @@ fn rarer_kubeconfig_shapes_resolve_as_kubectl_would() {
             "",
             "tokenFile: absent-token",
             &[],
-            "not probeable (reference-broken): the tokenFile file <root>/absent-token of user \"u\" of context \"x\" in <root>/config does not exist",
+            "not probeable (reference-broken): kubeconfig <root>/config: the tokenFile file <root>/absent-token of user \"u\" of context \"x\" does not exist",
         ),
         (
             "",
             "tokenFile: sub",
             &[],
-            "not probeable (reference-broken): the tokenFile file <root>/sub of user \"u\" of context \"x\" in <root>/config does not exist",
+            "not probeable (reference-broken): kubeconfig <root>/config: the tokenFile file <root>/sub of user \"u\" of context \"x\" does not exist",
         ),
         (
             "",
             "username: admin, password: vigil-fake-password-88",
             &[],
-            "not probeable (reference-broken): user \"u\" of context \"x\" in <root>/config uses basic authentication (username and password), which Kubernetes removed and vigil does not support",
+            "not probeable (reference-broken): kubeconfig <root>/config: user \"u\" of context \"x\" uses basic authentication (username and password), which Kubernetes removed and vigil does not support",
         ),
         (
             "",
             "exec: {apiVersion: client.authentication.k8s.io/v1, command: /opt/bin/kubelogin, args: [get-token, --secret, vigil-fake-arg-99]}",
             &[],
-            "not probeable (exec-credentials): user \"u\" of context \"x\" in <root>/config gets its credentials from the exec plugin \"kubelogin\"; vigil does not run credential plugins",
+            "not probeable (exec-credentials): kubeconfig <root>/config: user \"u\" of context \"x\" gets its credentials from the exec plugin \"kubelogin\"; vigil does not run credential plugins",
         ),
         (
             "",
             "auth-provider: {name: oidc, config: {id-token: vigil-fake-id-token-10}}",
             &[],
-            "not probeable (exec-credentials): user \"u\" of context \"x\" in <root>/config gets its credentials from the auth-provider \"oidc\"; vigil does not run credential plugins",
+            "not probeable (exec-credentials): kubeconfig <root>/config: user \"u\" of context \"x\" gets its credentials from the auth-provider \"oidc\"; vigil does not run credential plugins",
         ),
     ];
     for (cluster, user, files, expected) in cases {
@@ -705,7 +734,7 @@ fn rarer_kubeconfig_shapes_resolve_as_kubectl_would() {
         "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:6443'}}]\ncontexts: [{name: x, context: {cluster: c}}]\n",
         &[],
         None,
-        "not probeable (reference-broken): kubeconfig <root>/config has no current-context and the reference names no context",
+        "not probeable (reference-broken): kubeconfig <root>/config: the kubeconfig has no current-context and the reference names no context",
     );
 }
 
@@ -723,7 +752,7 @@ fn a_fifo_named_as_a_certificate_does_not_block_resolution() {
     )
     .expect("write");
     let reference = Reference::File {
-        path: dir.path().join("config"),
+        path: dir.path().join("config").display().to_string(),
         context: None,
     };
     let (done, result) = std_mpsc::channel();
@@ -736,7 +765,7 @@ fn a_fifo_named_as_a_certificate_does_not_block_resolution() {
     assert_eq!(
         resolution.describe(),
         format!(
-            "not probeable (reference-broken): the certificate-authority file {root}/ca.crt of cluster \"c\" of context \"x\" in {root}/config is not a regular file",
+            "not probeable (reference-broken): kubeconfig {root}/config: the certificate-authority file {root}/ca.crt of cluster \"c\" of context \"x\" is not a regular file",
             root = dir.path().display()
         )
     );
@@ -796,21 +825,6 @@ fn unbase64(text: &str) -> Option<Vec<u8>> {
             })
             .collect(),
     )
-}
-
-/// Every file under `dir`, recursively, following no symlinks (the corpus has none).
-fn corpus_files(dir: &Path) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    for entry in fs::read_dir(dir).expect("read corpus") {
-        let path = entry.expect("entry").path();
-        if path.is_dir() {
-            files.extend(corpus_files(&path));
-        } else {
-            files.push(path);
-        }
-    }
-    files.sort();
-    files
 }
 
 /// Adds the lines of a PEM or token text (not the `-----BEGIN …` lines) as secrets.
@@ -948,7 +962,7 @@ fn no_corpus_secret_appears_in_any_message_display_or_debug_output() {
     let mut resolutions = 0;
     for (file, context) in corpus_references() {
         let resolution = resolve(&Reference::File {
-            path: file,
+            path: file.display().to_string(),
             context,
         });
         resolutions += 1;

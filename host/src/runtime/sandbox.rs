@@ -305,8 +305,7 @@ impl credentials::Host for CallState {
             (Reference::File { .. }, Some(material)) => material.clone(),
             (Reference::File { path, .. }, None) => {
                 return Err(E::NotFound(format!(
-                    "the kubeconfig {} could not be resolved",
-                    path.display()
+                    "the kubeconfig {path} could not be resolved"
                 )));
             }
             // The management-cluster client that reads Secrets comes with a later

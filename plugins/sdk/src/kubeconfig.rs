@@ -10,11 +10,16 @@
 //!
 //! vigil's host reads the same kubeconfigs (`host/src/reference.rs`: which server, which
 //! files it serves to the plugin, which credential kind), and the two readings must agree, or
-//! the host would refuse the files a plugin asks for. So this module reproduces the host's
-//! reader, which is the `kube` crate's `Kubeconfig` over `serde-saphyr`, rule by rule:
+//! the host would refuse the files a plugin asks for. Where both sides make the same
+//! decision, they run the same code, from the crate `vigil-kubeconfig-rules`: the text
+//! decoding (UTF-8 with or without a byte-order mark, UTF-16 with one, no NUL characters) and
+//! the 4 MiB cap, the sanitising of YAML errors, the base64 of `*-data` fields (as kubectl
+//! decodes it: padded, line breaks ignored), the resolution of relative paths and the check
+//! of `server` URLs. The rest reproduces the host's reader, which is the `kube` crate's
+//! `Kubeconfig` over `serde-saphyr` (a crate that does not build for WebAssembly), rule by
+//! rule, and the differential test `host/tests/differential.rs` checks that both readings
+//! agree on every kubeconfig of the corpus:
 //!
-//! - the same text decoding (UTF-8 with or without a byte-order mark, UTF-16 with one, no NUL
-//!   characters) and the same 4 MiB cap;
 //! - the same YAML library and the same struct shapes (including the catch-all maps that make
 //!   serde buffer each struct, which changes how scalars are read), several YAML documents
 //!   merged as kube merges them (first definition wins);
@@ -35,6 +40,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 
 use serde::{Deserialize, Deserializer};
+use vigil_kubeconfig_rules::text::sanitize_yaml_problem;
 
 use crate::SecretString;
 
@@ -45,7 +51,7 @@ pub use select::{
 };
 
 /// The largest kubeconfig read, in bytes (the host's limit too).
-pub const MAX_KUBECONFIG_BYTES: usize = 4 * 1024 * 1024;
+pub use vigil_kubeconfig_rules::text::MAX_KUBECONFIG_BYTES;
 
 /// A kubeconfig, as `kubectl config view` shows one.
 ///
@@ -415,7 +421,9 @@ impl Kubeconfig {
         if bytes.len() > MAX_KUBECONFIG_BYTES {
             return Err(KubeconfigError::TooLarge);
         }
-        parse_text(&decode_text(bytes)?)
+        let text = vigil_kubeconfig_rules::text::decode(bytes.to_vec())
+            .map_err(|_| KubeconfigError::NotText)?;
+        parse_text(&text)
     }
 
     /// Merges the next YAML document into this one as kube does: the first definition of a
@@ -450,33 +458,6 @@ fn append_new_named<T>(base: &mut Vec<T>, next: Vec<T>, name: impl Fn(&T) -> &St
         next.into_iter()
             .filter(|entry| !existing.contains(name(entry))),
     );
-}
-
-/// Decodes a kubeconfig's bytes as kube's reader does: UTF-8, with or without a byte-order
-/// mark, or UTF-16 with one. NUL characters mean a binary file.
-fn decode_text(bytes: &[u8]) -> Result<String, KubeconfigError> {
-    let utf16 = |data: &[u8], from: fn([u8; 2]) -> u16| -> Result<String, KubeconfigError> {
-        let units: Vec<u16> = data
-            .chunks(2)
-            .map(|pair| match pair {
-                [a, b] => Ok(from([*a, *b])),
-                _ => Err(KubeconfigError::NotText),
-            })
-            .collect::<Result<_, _>>()?;
-        String::from_utf16(&units).map_err(|_| KubeconfigError::NotText)
-    };
-    let text = match bytes {
-        [0xFF, 0xFE, rest @ ..] => utf16(rest, u16::from_le_bytes)?,
-        [0xFE, 0xFF, rest @ ..] => utf16(rest, u16::from_be_bytes)?,
-        [0xEF, 0xBB, 0xBF, rest @ ..] => {
-            String::from_utf8(rest.to_vec()).map_err(|_| KubeconfigError::NotText)?
-        }
-        _ => String::from_utf8(bytes.to_vec()).map_err(|_| KubeconfigError::NotText)?,
-    };
-    if text.contains('\0') {
-        return Err(KubeconfigError::NotText);
-    }
-    Ok(text)
 }
 
 /// Parses kubeconfig text and checks that it is a kubeconfig at all.
@@ -516,77 +497,6 @@ fn parse_text(text: &str) -> Result<Kubeconfig, KubeconfigError> {
         });
     }
     Ok(config)
-}
-
-/// The longest YAML problem description kept, in characters.
-const MAX_PROBLEM_CHARS: usize = 120;
-
-/// Reduces a YAML parser message to a description that cannot quote the file (the host's
-/// rule, `sanitize_yaml_problem` in `host/src/discovery.rs`).
-///
-/// Parser messages are mostly fixed phrases, but some quote input (`invalid type: string
-/// "…"`, ``unknown variant `…` ``, `duplicate mapping key: …`). So the message is cut at the
-/// first quote, backtick or colon, except for quoted single punctuation (`','`) and for
-/// ``missing field `NAME` ``, whose name comes from the struct, not from the file. As a last
-/// guard, a message that still contains a long token (8+ characters) of the file's text is
-/// replaced by a generic one.
-fn sanitize_yaml_problem(message: &str, source: &str) -> String {
-    const GENERIC: &str = "the YAML does not have a kubeconfig's structure";
-    // The plain rendering ends with " at line L, column C"; the position is reported apart.
-    let message = message
-        .rfind(" at line ")
-        .map_or(message, |end| &message[..end])
-        .trim();
-    if let Some(field) = message
-        .strip_prefix("missing field `")
-        .and_then(|rest| rest.strip_suffix('`'))
-        && !field.is_empty()
-        && field.len() <= 64
-        && field
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-    {
-        return format!("missing field `{field}`");
-    }
-    let chars: Vec<char> = message.chars().collect();
-    let mut kept = String::new();
-    let mut index = 0;
-    while let Some(&c) = chars.get(index) {
-        if matches!(c, '\'' | '"' | '`') {
-            // `','` style: one punctuation character between matching quotes is not input.
-            match (chars.get(index + 1), chars.get(index + 2)) {
-                (Some(&inner), Some(&close)) if close == c && inner.is_ascii_punctuation() => {
-                    kept.extend([c, inner, close]);
-                    index += 3;
-                    continue;
-                }
-                _ => break,
-            }
-        }
-        if c == ':' || c.is_control() {
-            break;
-        }
-        kept.push(c);
-        index += 1;
-    }
-    let kept = kept.trim_end_matches([' ', ',', ';']).trim();
-    // Whole tokens, not substrings: a token like `vigil-unclosed-…` must not make the fixed
-    // phrase "unclosed quote" suspect, but a message echoing a whole scalar must be caught.
-    let is_yaml_separator = |c: char| {
-        c.is_whitespace() || matches!(c, ':' | ',' | '[' | ']' | '{' | '}' | '"' | '\'' | '#')
-    };
-    let source_tokens: HashSet<&str> = source
-        .split(is_yaml_separator)
-        .filter(|token| token.len() >= 8)
-        .collect();
-    let shares_a_long_word = kept
-        .split(is_yaml_separator)
-        .map(|word| word.trim_matches(|c: char| c.is_ascii_punctuation()))
-        .any(|word| source_tokens.contains(word));
-    if kept.is_empty() || shares_a_long_word {
-        return GENERIC.to_owned();
-    }
-    kept.chars().take(MAX_PROBLEM_CHARS).collect()
 }
 
 #[cfg(test)]

@@ -65,7 +65,6 @@
 #![warn(missing_docs)]
 
 pub mod apiserver;
-mod base64;
 pub mod bindings;
 pub mod credentials;
 pub mod http;

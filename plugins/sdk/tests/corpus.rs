@@ -96,6 +96,10 @@ fn good_kubeconfigs_select_as_the_host_resolves_them() {
         "probeable: bearer token inline, CA inline, TLS server name kubernetes.default.svc, server https://127.0.0.1:16443",
     );
     check(
+        "<root>/wrapped-data/config",
+        "probeable: bearer token inline, CA inline, server https://127.0.0.1:23443",
+    );
+    check(
         "<root>/bad/broken-contexts.yaml#works",
         "probeable: client certificate inline, CA inline, server https://127.0.0.1:20443",
     );
@@ -157,6 +161,10 @@ fn bad_kubeconfigs_are_not_probeable_for_the_hosts_reasons() {
     );
     // Selection does no I/O: the missing files are the host's to find (it says
     // reference-broken before the plugin runs) or `credentials.read-file`'s (`not-found`).
+    check(
+        "<root>/bad/unpadded-data.yaml",
+        "not probeable (reference-broken): the certificate-authority-data of cluster \"unpadded\" of context \"unpadded\" is not valid base64 (kubectl requires the standard alphabet, padded with '=')",
+    );
     check(
         "<root>/bad/missing-files.yaml",
         "probeable: client certificate file <root>/bad/pki/client.crt, CA file <root>/bad/pki/ca.crt, server https://127.0.0.1:21443",
@@ -254,7 +262,22 @@ fn rarer_shapes_select_as_the_host_resolves_them() {
         (
             "certificate-authority-data: 'vigil-fake-not-base64-secret-66!'",
             "",
-            "not probeable (reference-broken): the certificate-authority-data of cluster \"c\" of context \"x\" is not valid base64",
+            "not probeable (reference-broken): the certificate-authority-data of cluster \"c\" of context \"x\" is not valid base64 (kubectl requires the standard alphabet, padded with '=')",
+        ),
+        (
+            "certificate-authority-data: 'Y2E'",
+            "",
+            "not probeable (reference-broken): the certificate-authority-data of cluster \"c\" of context \"x\" is not valid base64 (kubectl requires the standard alphabet, padded with '=')",
+        ),
+        (
+            "certificate-authority-data: 'Y2 E='",
+            "",
+            "not probeable (reference-broken): the certificate-authority-data of cluster \"c\" of context \"x\" is not valid base64 (kubectl requires the standard alphabet, padded with '=')",
+        ),
+        (
+            "certificate-authority-data: \"Y2\\r\\nE=\\n\"",
+            "",
+            "probeable: no credentials (anonymous), CA inline, server https://127.0.0.1:6443",
         ),
         (
             "certificate-authority-data: 'Y2E=', certificate-authority: absent.crt",

@@ -1,9 +1,12 @@
 //! Selecting a context's server, TLS settings and credentials, as the host does.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::Path;
+
+use vigil_kubeconfig_rules::data;
+use vigil_kubeconfig_rules::server::{self, ServerShape};
 
 use super::{AuthInfo, Kubeconfig, KubeconfigError};
-use crate::{ReasonClass, SecretBytes, base64};
+use crate::{ReasonClass, SecretBytes};
 
 /// A piece of connection material: inline in the kubeconfig, or a file it names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -251,7 +254,9 @@ pub enum SelectError {
         context: String,
     },
     /// A `*-data` field is not valid base64.
-    #[error("the {field}-data of {owner} is not valid base64")]
+    #[error(
+        "the {field}-data of {owner} is not valid base64 (kubectl requires the standard alphabet, padded with '=')"
+    )]
     InvalidBase64 {
         /// `certificate-authority`, `client-certificate` or `client-key`.
         field: &'static str,
@@ -362,7 +367,7 @@ pub fn select_in(config: &Kubeconfig, context: Option<&str>) -> Result<Selection
         .as_deref()
         .filter(|server| !server.is_empty())
         .ok_or_else(missing_server)?;
-    match server_shape(server) {
+    match server::shape(server) {
         ServerShape::Url => {}
         ServerShape::NotHttp => {
             return Err(SelectError::BadServer {
@@ -487,15 +492,16 @@ pub fn select_in(config: &Kubeconfig, context: Option<&str>) -> Result<Selection
     })
 }
 
-/// Picks a `*-data` field (base64; wins, as in kubectl) or a file field.
+/// Picks a `*-data` field (base64, decoded as kubectl decodes it; wins, as in kubectl) or a
+/// file field.
 fn material(
-    data: Option<&str>,
+    data_field: Option<&str>,
     file: Option<&str>,
     field: &'static str,
     owner: &str,
 ) -> Result<Option<Material>, SelectError> {
-    if let Some(data) = data.filter(|data| !data.trim().is_empty()) {
-        let bytes = base64::decode(data).ok_or_else(|| SelectError::InvalidBase64 {
+    if let Some(encoded) = data_field.filter(|encoded| !data::is_absent(encoded)) {
+        let bytes = data::decode(encoded).ok_or_else(|| SelectError::InvalidBase64 {
             field,
             owner: owner.to_owned(),
         })?;
@@ -504,35 +510,6 @@ fn material(
     Ok(file
         .filter(|file| !file.is_empty())
         .map(|file| Material::File(file.to_owned())))
-}
-
-enum ServerShape {
-    Url,
-    NotHttp,
-    WithCredentials,
-}
-
-/// Checks that a server is `http(s)://AUTHORITY…` with a non-empty authority and no userinfo.
-fn server_shape(server: &str) -> ServerShape {
-    let lower = server.to_ascii_lowercase();
-    let Some(rest) = lower
-        .strip_prefix("https://")
-        .or_else(|| lower.strip_prefix("http://"))
-    else {
-        return ServerShape::NotHttp;
-    };
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
-    if authority.contains('@') {
-        ServerShape::WithCredentials
-    } else if authority.is_empty()
-        || authority
-            .chars()
-            .any(|c| c.is_whitespace() || c.is_control())
-    {
-        ServerShape::NotHttp
-    } else {
-        ServerShape::Url
-    }
 }
 
 /// Resolves a path written in a kubeconfig as vigil's host (and kubectl) does: an absolute
@@ -550,75 +527,7 @@ fn server_shape(server: &str) -> ServerShape {
 /// assert_eq!(resolve_path("/home/u/.kube/config", "/etc/pki/ca.crt"), "/etc/pki/ca.crt");
 /// ```
 pub fn resolve_path(kubeconfig_path: &str, written: &str) -> String {
-    let file = Path::new(written);
-    if file.is_absolute() {
-        return written.to_owned();
-    }
-    let base = Path::new(kubeconfig_path)
-        .parent()
-        .unwrap_or(Path::new("/"));
-    let mut cleaned = PathBuf::new();
-    for component in base.join(file).components() {
-        match component {
-            Component::CurDir => {}
-            // `pop` stops at the root, as Go's Clean does for "/..".
-            Component::ParentDir => {
-                cleaned.pop();
-            }
-            other => cleaned.push(other),
-        }
-    }
-    cleaned.to_string_lossy().into_owned()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn relative_paths_are_joined_and_cleaned_like_kubectl() {
-        let check = |kubeconfig: &str, file: &str, expected: &str| {
-            assert_eq!(
-                resolve_path(kubeconfig, file),
-                expected,
-                "{kubeconfig} + {file}"
-            );
-        };
-        check("/home/u/.kube/config", "ca.crt", "/home/u/.kube/ca.crt");
-        check(
-            "/home/u/.kube/config",
-            "./certs/ca.crt",
-            "/home/u/.kube/certs/ca.crt",
-        );
-        check(
-            "/home/u/.kube/config",
-            "../.minikube/ca.crt",
-            "/home/u/.minikube/ca.crt",
-        );
-        check("/etc/kube/config", "../../../../ca.crt", "/ca.crt");
-        check(
-            "/secrets/kube/config",
-            "..data/ca.crt",
-            "/secrets/kube/..data/ca.crt",
-        );
-        check("/home/u/.kube/config", "/etc/pki/ca.crt", "/etc/pki/ca.crt");
-        check(
-            "/home/u/.kube/config",
-            "/etc/../pki/ca.crt",
-            "/etc/../pki/ca.crt",
-        );
-    }
-
-    #[test]
-    fn server_shapes_are_checked_as_the_host_checks_them() {
-        let ok = |server: &str| matches!(server_shape(server), ServerShape::Url);
-        assert!(ok("https://127.0.0.1:6443"));
-        assert!(ok("HTTP://example.invalid/prefix"));
-        assert!(!ok("127.0.0.1:6443"));
-        assert!(!ok("https:///path"));
-        assert!(matches!(
-            server_shape("https://admin:pw@host"),
-            ServerShape::WithCredentials
-        ));
-    }
+    vigil_kubeconfig_rules::path::resolve(Path::new(kubeconfig_path), written)
+        .to_string_lossy()
+        .into_owned()
 }
