@@ -8,4 +8,5 @@ pub mod reference;
 pub mod runtime;
 pub mod serve;
 pub mod store;
+pub mod tls;
 pub mod worker;

@@ -12,8 +12,16 @@
 //! plugin (DESIGN §4 routing) and maps what the call did to a [`ProbeOutcome`] by the
 //! rules of DESIGN §1 (see `runtime/outcome.rs`).
 //!
-//! The `wasi:http` client is not linked yet: plugins use the contract's `http`
-//! interface.
+//! Plugins reach the network through two doors, both behind one egress policy (see
+//! `runtime/egress.rs`): the contract's `http` interface, with per-request TLS material,
+//! and the standard `wasi:http` outgoing handler, for authors of ordinary `wasi:http`
+//! crates. A `wasi:http` request to the cluster's API server is verified with the
+//! kubeconfig's cluster TLS settings (CA, server name, skip-verify); any other `https`
+//! destination with the system roots; no client certificate is ever presented.
+//!
+//! Plugin parameters are the manifest's defaults under the cluster's own. Values that are
+//! credential references (`file:///…`, `secret://…`) are left out of the `cluster` record
+//! and resolved only when the plugin asks through `credentials.parameter`.
 
 mod bindings;
 mod cache;
@@ -23,7 +31,7 @@ mod manifest;
 mod outcome;
 mod sandbox;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -37,15 +45,15 @@ use wasmtime::{Store, Trap, UpdateDeadline};
 use self::bindings::vigil::plugin::types;
 use self::bindings::{Probe, ProbePre};
 use self::cache::CodeCache;
-use self::egress::HttpClient;
 use self::engine::SharedEngine;
 use self::outcome::CallEnd;
-use self::sandbox::{CallCluster, CallState};
+use self::sandbox::{CallCluster, CallState, is_credential_reference};
 use crate::reference::Reference;
+use crate::tls::TlsClients;
 use crate::worker::{ProbeTarget, Prober};
 
 pub use self::cache::CacheStatus;
-pub use self::egress::MAX_RESPONSE_BODY_BYTES;
+pub use self::egress::{MAX_REQUEST_BODY_BYTES, MAX_RESPONSE_BODY_BYTES};
 pub use self::manifest::{DEFAULT_MEMORY_MIB, MAX_MEMORY_MIB, Manifest};
 pub use self::outcome::{MAX_DETAIL_BYTES, MAX_DETAILS, MAX_MESSAGE_BYTES};
 pub use self::sandbox::{
@@ -89,6 +97,10 @@ pub struct RuntimeSettings {
     pub cache_dir: Option<PathBuf>,
     /// How many plugin calls may run at once (probes plus audits): sizes the pool.
     pub concurrency: u32,
+    /// The files and directories under which `file:///` credential parameters may lie
+    /// (DESIGN §3: `KUBECONFIG_PATH`'s files, `KUBECONFIG_DIR`, `VIGIL_CREDENTIAL_DIRS`).
+    /// Absolute paths; empty refuses every `file:///` parameter.
+    pub credential_dirs: Vec<PathBuf>,
 }
 
 /// Why the runtime could not start at all (a single bad plugin never is one).
@@ -229,7 +241,8 @@ struct Inner {
     // Declared first so that plugins (which hold engine resources) drop before it.
     plugins: Vec<Arc<LoadedPlugin>>,
     routes: Mutex<HashMap<RouteKey, bool>>,
-    http: HttpClient,
+    tls: TlsClients,
+    credential_dirs: Arc<[PathBuf]>,
     engine: SharedEngine,
 }
 
@@ -263,11 +276,13 @@ impl PluginRuntime {
             .max(Manifest::default().memory_bytes());
         let engine = SharedEngine::new(settings.concurrency, largest)
             .map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
-        let http = HttpClient::default();
+        let tls = TlsClients::new();
+        let credential_dirs: Arc<[PathBuf]> = settings.credential_dirs.clone().into();
         let cache = settings.cache_dir.as_deref().map(CodeCache::new);
 
         let mut linker = Linker::<CallState>::new(engine.engine());
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)
+            .and_then(|()| wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker))
             .and_then(|()| {
                 Probe::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |s| s)
             })
@@ -276,7 +291,7 @@ impl PluginRuntime {
         let mut plugins = Vec::new();
         for candidate in candidates {
             let file = candidate.file.clone();
-            match load_one(&engine, &linker, cache.as_ref(), &http, candidate).await {
+            match load_one(&engine, &linker, cache.as_ref(), &tls, candidate).await {
                 Ok(plugin) => {
                     info!(plugin = %plugin.name, version = %plugin.summary.version, cache = ?plugin.summary.cache, "plugin loaded");
                     plugins.push(Arc::new(plugin));
@@ -299,7 +314,8 @@ impl PluginRuntime {
             inner: Arc::new(Inner {
                 plugins,
                 routes: Mutex::new(HashMap::new()),
-                http,
+                tls,
+                credential_dirs,
                 engine,
             }),
         };
@@ -377,7 +393,8 @@ impl PluginRuntime {
     /// Asks `plugin` whether it accepts `target`; a plugin that fails to answer does not.
     async fn accepts(&self, plugin: &LoadedPlugin, target: &ProbeTarget) -> bool {
         let cluster = wire_cluster(plugin, target);
-        let mut store = self.new_store(plugin, Some(call_cluster(target)), ACCEPTS_DEADLINE);
+        let mut store =
+            self.new_store(plugin, Some(call_cluster(plugin, target)), ACCEPTS_DEADLINE);
         let call = async {
             let instance = plugin.pre.instantiate_async(&mut store).await?;
             instance
@@ -408,8 +425,8 @@ impl PluginRuntime {
     ) -> Store<CallState> {
         new_store(
             &self.inner.engine,
-            &self.inner.http,
-            plugin_parts(plugin),
+            &self.inner.tls,
+            plugin_parts(plugin, &self.inner.credential_dirs),
             cluster,
             budget,
         )
@@ -421,7 +438,7 @@ impl PluginRuntime {
             cluster: wire_cluster(plugin, target),
             timeout_ms: u32::try_from(target.timeout.as_millis()).unwrap_or(u32::MAX),
         };
-        let mut store = self.new_store(plugin, Some(call_cluster(target)), target.timeout);
+        let mut store = self.new_store(plugin, Some(call_cluster(plugin, target)), target.timeout);
         let call = async {
             let instance = match plugin.pre.instantiate_async(&mut store).await {
                 Ok(instance) => instance,
@@ -451,7 +468,8 @@ impl PluginRuntime {
         };
         let state = store.data();
         state.emit_guest_output();
-        let outcome = outcome::map(&plugin.name, end, &state.record, state.limiter.hit);
+        let record = state.record();
+        let outcome = outcome::map(&plugin.name, end, &record, state.limiter.hit);
         plugin.probes.fetch_add(1, Ordering::Relaxed);
         if matches!(
             outcome,
@@ -463,7 +481,7 @@ impl PluginRuntime {
             plugin.faults.fetch_add(1, Ordering::Relaxed);
             warn!(plugin = %plugin.name, cluster = %target.name, outcome = %outcome.label(), "{}", describe(&outcome));
         } else {
-            debug!(plugin = %plugin.name, cluster = %target.name, outcome = %outcome.label(), contacted = state.record.cluster_contacted, "probe done");
+            debug!(plugin = %plugin.name, cluster = %target.name, outcome = %outcome.label(), contacted = record.cluster_contacted, "probe done");
         }
         outcome
     }
@@ -501,16 +519,18 @@ fn scheme_of(reference: &Reference) -> &'static str {
     }
 }
 
-/// What a store needs to know of its plugin.
+/// What a store needs to know of its plugin and the runtime.
 struct PluginParts {
     name: Arc<str>,
     manifest: Arc<Manifest>,
+    credential_dirs: Arc<[PathBuf]>,
 }
 
-fn plugin_parts(plugin: &LoadedPlugin) -> PluginParts {
+fn plugin_parts(plugin: &LoadedPlugin, credential_dirs: &Arc<[PathBuf]>) -> PluginParts {
     PluginParts {
         name: Arc::clone(&plugin.name),
         manifest: Arc::clone(&plugin.manifest),
+        credential_dirs: Arc::clone(credential_dirs),
     }
 }
 
@@ -518,7 +538,7 @@ fn plugin_parts(plugin: &LoadedPlugin) -> PluginParts {
 /// deadline of `budget` plus the grace, armed now.
 fn new_store(
     engine: &SharedEngine,
-    http: &HttpClient,
+    tls: &TlsClients,
     plugin: PluginParts,
     cluster: Option<CallCluster>,
     budget: Duration,
@@ -528,7 +548,8 @@ fn new_store(
         plugin.name,
         plugin.manifest,
         cluster,
-        http.clone(),
+        plugin.credential_dirs,
+        tls.clone(),
         started + budget,
     );
     let mut store = Store::new(engine.engine(), state);
@@ -548,27 +569,43 @@ fn new_store(
     store
 }
 
-fn call_cluster(target: &ProbeTarget) -> CallCluster {
+fn call_cluster(plugin: &LoadedPlugin, target: &ProbeTarget) -> CallCluster {
     CallCluster {
         endpoint: target.endpoint.clone(),
         reference: target.reference.clone(),
         material: target.connection.clone(),
+        parameters: parameters(plugin, target),
     }
 }
 
-/// The cluster as the contract shows it. Labels and per-cluster parameters are not in
-/// [`ProbeTarget`] yet, so a plugin sees its manifest's default parameters.
+/// The plugin's parameters for `target`: the manifest's defaults, overridden by the
+/// cluster's own (DESIGN §4).
+fn parameters(plugin: &LoadedPlugin, target: &ProbeTarget) -> BTreeMap<String, String> {
+    let mut merged = plugin.manifest.parameters.clone();
+    merged.extend(
+        target
+            .parameters
+            .iter()
+            .map(|(name, value)| (name.clone(), value.clone())),
+    );
+    merged
+}
+
+/// The cluster as the contract shows it: its labels, and its plain parameters.
+/// Credential references stay out; the plugin reads them through `credentials.parameter`.
 fn wire_cluster(plugin: &LoadedPlugin, target: &ProbeTarget) -> types::Cluster {
     types::Cluster {
         name: target.name.clone(),
         endpoint: target.endpoint.clone(),
         reference: target.reference.to_string(),
-        labels: Vec::new(),
-        parameters: plugin
-            .manifest
-            .parameters
+        labels: target
+            .labels
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        parameters: parameters(plugin, target)
+            .into_iter()
+            .filter(|(_, value)| !is_credential_reference(value))
             .collect(),
     }
 }
@@ -619,7 +656,7 @@ async fn load_one(
     engine: &SharedEngine,
     linker: &Linker<CallState>,
     cache: Option<&CodeCache>,
-    http: &HttpClient,
+    tls: &TlsClients,
     candidate: Candidate,
 ) -> Result<LoadedPlugin, Refusal> {
     let Candidate {
@@ -657,8 +694,9 @@ async fn load_one(
     let parts = PluginParts {
         name: Arc::clone(&name),
         manifest: Arc::clone(&manifest),
+        credential_dirs: Arc::from([]),
     };
-    let mut store = new_store(engine, http, parts, None, INFO_DEADLINE);
+    let mut store = new_store(engine, tls, parts, None, INFO_DEADLINE);
     let call = async {
         let instance = pre.instantiate_async(&mut store).await?;
         instance.vigil_plugin_prober().call_info(&mut store).await

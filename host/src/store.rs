@@ -135,6 +135,10 @@ pub struct ClusterRecord {
     pub ignored: bool,
     /// The plugin explicitly chosen for it, if any.
     pub plugin: Option<String>,
+    /// Its labels.
+    pub labels: BTreeMap<String, String>,
+    /// Its plugin parameters; credential values are stored as references, never resolved.
+    pub parameters: BTreeMap<String, String>,
     /// Its policy overrides.
     pub policy: PolicyOverrides,
     /// Its health: status, conditions, counters and times.
@@ -158,6 +162,8 @@ struct ClusterRow {
     source: String,
     ignored: bool,
     plugin: Option<String>,
+    plugin_parameters: String,
+    labels: String,
     policy: String,
     status: String,
     conditions: String,
@@ -176,7 +182,7 @@ struct ClusterRow {
 }
 
 const CLUSTER_COLUMNS: &str = "id, name, endpoint, kubeconfig_secret_ref, source, ignored, plugin, \
-     policy, status, conditions, consecutive_failures, consecutive_successes, \
+     plugin_parameters, labels, policy, status, conditions, consecutive_failures, consecutive_successes, \
      consecutive_inconclusive, last_counted_failure, next_due, first_seen, last_probe, \
      last_success, last_outcome, last_reason, last_reason_class, open_outage_id";
 
@@ -199,6 +205,9 @@ impl TryFrom<ClusterRow> for ClusterRecord {
             serde_json::from_str(&row.conditions).map_err(|e| corrupt("conditions")(&e))?;
         let policy: PolicyOverrides =
             serde_json::from_str(&row.policy).map_err(|e| corrupt("policy")(&e))?;
+        let labels = string_map(&row.labels).map_err(|e| corrupt("labels")(&e))?;
+        let parameters =
+            string_map(&row.plugin_parameters).map_err(|e| corrupt("plugin parameters")(&e))?;
         let source = match row.source.as_str() {
             "manual" => ClusterSource::Manual,
             _ => ClusterSource::Discovered,
@@ -211,6 +220,8 @@ impl TryFrom<ClusterRow> for ClusterRecord {
             source,
             ignored: row.ignored,
             plugin: row.plugin,
+            labels,
+            parameters,
             policy,
             health: ClusterHealth {
                 status,
@@ -230,6 +241,20 @@ impl TryFrom<ClusterRow> for ClusterRecord {
             last_reason_class: row.last_reason_class,
         })
     }
+}
+
+/// A JSON object of names to values, as labels and parameters are stored. Values that are
+/// not strings (a number, a boolean) are taken as their JSON text, so that one cluster's
+/// odd value never stops the worker from reading the fleet.
+fn string_map(json: &str) -> Result<BTreeMap<String, String>, serde_json::Error> {
+    let raw: BTreeMap<String, serde_json::Value> = serde_json::from_str(json)?;
+    Ok(raw
+        .into_iter()
+        .map(|(name, value)| match value {
+            serde_json::Value::String(text) => (name, text),
+            other => (name, other.to_string()),
+        })
+        .collect())
 }
 
 /// An app as stored.

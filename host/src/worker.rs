@@ -5,7 +5,7 @@
 //! (the plugin runtime in production, scripted probers in tests); what a result
 //! *means* is decided by [`vigil_decision::decide`] inside [`Store::apply_probe`].
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -48,6 +48,12 @@ pub struct ProbeTarget {
     pub plugin: Option<String>,
     /// How long the probe may take; past it the cluster has timed out.
     pub timeout: Duration,
+    /// The cluster's labels.
+    pub labels: BTreeMap<String, String>,
+    /// The cluster's own plugin parameters (a plugin's defaults go under them). Credential
+    /// values are references (`file:///…`, `secret://…`), resolved only by the plugin
+    /// runtime, and only when the plugin asks.
+    pub parameters: BTreeMap<String, String>,
 }
 
 /// A way to probe a cluster. It must answer within `target.timeout`; the
@@ -418,6 +424,8 @@ async fn probe_cluster<P: Prober>(
         connection,
         plugin: cluster.plugin.clone(),
         timeout,
+        labels: cluster.labels.clone(),
+        parameters: cluster.parameters.clone(),
     };
     match tokio::time::timeout(timeout + grace, prober.probe(&target)).await {
         Ok(outcome) => outcome,

@@ -5,14 +5,21 @@
 //!
 //! A missing plugin file fails the test: run `scripts/build-plugins` first.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
 use vigil::reference::{self, Reference, Resolution};
 use vigil::runtime::{CacheStatus, LoadReport, PluginRuntime, Refusal, RuntimeSettings};
 use vigil::worker::{ProbeTarget, Prober};
 use vigil_decision::{ClusterId, ProbeOutcome, ReasonClass};
-use vigil_fake_kube::{AddressPlan, Fleet, HangPoint, KubeconfigOptions, WrittenKubeconfig};
+use vigil_fake_kube::{
+    AddressPlan, AuthUsed, Fleet, HangPoint, KubeconfigOptions, WrittenKubeconfig,
+};
 
 /// The workspace root.
 fn root() -> PathBuf {
@@ -58,10 +65,19 @@ fn plugin_dir(dir: &Path, plugins: &[(&str, &str)]) -> PathBuf {
 }
 
 async fn load(plugin_dir: &Path, cache_dir: Option<&Path>) -> (PluginRuntime, LoadReport) {
+    load_with(plugin_dir, cache_dir, Vec::new()).await
+}
+
+async fn load_with(
+    plugin_dir: &Path,
+    cache_dir: Option<&Path>,
+    credential_dirs: Vec<PathBuf>,
+) -> (PluginRuntime, LoadReport) {
     PluginRuntime::load(&RuntimeSettings {
         plugin_dir: plugin_dir.to_path_buf(),
         cache_dir: cache_dir.map(Path::to_path_buf),
         concurrency: 4,
+        credential_dirs,
     })
     .await
     .expect("the runtime starts")
@@ -88,6 +104,8 @@ fn target(
         connection,
         plugin: plugin.map(str::to_owned),
         timeout,
+        labels: BTreeMap::new(),
+        parameters: BTreeMap::new(),
     }
 }
 
@@ -347,6 +365,8 @@ async fn a_reference_no_plugin_accepts_is_not_probeable() {
         connection: None,
         plugin: None,
         timeout: Duration::from_millis(500),
+        labels: BTreeMap::new(),
+        parameters: BTreeMap::new(),
     };
     match runtime.probe(&target).await {
         ProbeOutcome::NotProbeable {
@@ -366,4 +386,212 @@ async fn a_reference_no_plugin_accepts_is_not_probeable() {
             ..
         }
     ));
+}
+
+/// A loopback listener that counts the connections it is offered and answers each
+/// request with `200 ok` (a plain HTTP server, for hosts outside the cluster).
+struct PlainServer {
+    url: String,
+    port: u16,
+    connections: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl PlainServer {
+    async fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = listener.local_addr().expect("address").port();
+        let connections = Arc::new(AtomicU64::new(0));
+        let counted = Arc::clone(&connections);
+        let task = tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                counted.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut buffer = [0_u8; 1024];
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match stream.read(&mut buffer).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => head.extend_from_slice(&buffer[..n]),
+                        }
+                    }
+                    let _ = stream
+                        .write_all(
+                            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok",
+                        )
+                        .await;
+                });
+            }
+        });
+        Self {
+            url: format!("http://127.0.0.1:{port}/health"),
+            port,
+            connections,
+            task,
+        }
+    }
+
+    fn connections(&self) -> u64 {
+        self.connections.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for PlainServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn params(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wasi_http_requests_meet_the_same_egress_policy_next_to_a_healthy_control() {
+    let fleet = Fleet::builder()
+        .clusters(1)
+        .addresses(AddressPlan::Auto)
+        .start()
+        .await
+        .expect("fleet");
+    let temp = tempfile::tempdir().expect("tempdir");
+    let kubeconfigs = fleet
+        .write_kubeconfigs(&temp.path().join("kube"), &KubeconfigOptions::default())
+        .expect("kubeconfigs");
+    let cluster = &fleet.clusters()[0];
+    let endpoint = cluster.server_url();
+
+    // The cluster's bearer token, as a credential parameter in a credential directory;
+    // the same token in a directory that is not one.
+    let credentials = temp.path().join("credentials");
+    let outside = temp.path().join("outside");
+    for dir in [&credentials, &outside] {
+        std::fs::create_dir_all(dir).expect("mkdir");
+        std::fs::write(dir.join("token"), format!("{}\n", cluster.admin_token())).expect("write");
+    }
+    let token = format!("file://{}", credentials.join("token").display());
+    let outside_token = format!("file://{}", outside.join("token").display());
+
+    let foreign = PlainServer::start().await;
+    let extra = PlainServer::start().await;
+    // The manifest's defaults: the URLs, and a mode the cluster's own parameter overrides.
+    let manifest = format!(
+        "{ALL_GRANTS}allowed-hosts = [\"127.0.0.1:{}\"]\n[parameters]\nmode = \"extra-only\"\nforeign-url = \"{}\"\nextra-url = \"{}\"\n",
+        extra.port, foreign.url, extra.url
+    );
+    let dir = plugin_dir(
+        temp.path(),
+        &[
+            ("kubeconfig-file", CONTROL_GRANTS),
+            ("wasi-http", manifest.as_str()),
+        ],
+    );
+    let (runtime, report) = load_with(&dir, None, vec![credentials.clone()]).await;
+    assert!(report.refused.is_empty(), "{report:#?}");
+    let timeout = Duration::from_millis(800);
+    let wasi = |parameters: &[(&str, &str)]| {
+        let mut target = target(&kubeconfigs[0], &endpoint, Some("wasi-http"), timeout);
+        target.parameters = params(parameters);
+        target
+    };
+    let version_requests = || {
+        cluster
+            .log()
+            .entries_for("/version")
+            .into_iter()
+            .filter(|entry| {
+                matches!(entry.auth, AuthUsed::Token { .. }) && entry.status == Some(200)
+            })
+            .count()
+    };
+
+    // The positive control.
+    let control = target(&kubeconfigs[0], &endpoint, None, timeout);
+    assert_eq!(runtime.probe(&control).await, ProbeOutcome::Healthy);
+
+    // Healthy only when the foreign request was denied, the cluster answered 200 over TLS
+    // (verified with the kubeconfig's CA) to the token read through
+    // `credentials.parameter`, and the extra host answered.
+    let outcome = runtime
+        .probe(&wasi(&[("mode", "policy"), ("token", &token)]))
+        .await;
+    assert_eq!(outcome, ProbeOutcome::Healthy);
+    assert_eq!(
+        version_requests(),
+        1,
+        "the cluster saw the wasi:http request"
+    );
+    assert_eq!(extra.connections(), 1, "the extra host saw the request");
+    assert_eq!(foreign.connections(), 0, "the foreign host was reached");
+
+    // A credential parameter outside the credential directories is refused, and the
+    // plugin says so instead of probing.
+    let outcome = runtime
+        .probe(&wasi(&[("mode", "probe"), ("token", &outside_token)]))
+        .await;
+    match &outcome {
+        ProbeOutcome::Inconclusive {
+            class: ReasonClass::Denied,
+            message,
+        } => assert!(
+            message.contains("outside the credential directories")
+                && !message.contains(cluster.admin_token()),
+            "{message}"
+        ),
+        other => panic!("expected inconclusive(denied), got {other:?}"),
+    }
+    assert_eq!(version_requests(), 1);
+
+    // A request to an extra host is not one to the cluster: an `unhealthy` after it alone
+    // is not believed.
+    assert_fault(
+        &runtime.probe(&wasi(&[])).await,
+        "without a request to the cluster",
+    );
+    assert_eq!(extra.connections(), 2);
+
+    // The same plugin probing through wasi:http: healthy, then a hanging cluster is a
+    // timeout bounded by the probe's budget and attributed to the cluster.
+    let probing = wasi(&[("mode", "probe"), ("token", &token)]);
+    assert_eq!(runtime.probe(&probing).await, ProbeOutcome::Healthy);
+    cluster.hang(HangPoint::Request).await.expect("hang");
+    let started = Instant::now();
+    let outcome = runtime.probe(&probing).await;
+    let elapsed = started.elapsed();
+    assert!(
+        matches!(
+            outcome,
+            ProbeOutcome::Unhealthy {
+                class: ReasonClass::Timeout,
+                ..
+            }
+        ),
+        "{outcome:?}"
+    );
+    assert!(
+        elapsed >= timeout && elapsed < timeout + Duration::from_millis(500),
+        "{elapsed:?}"
+    );
+    cluster.come_back().await.expect("come back");
+
+    // Without the `http` grant every wasi:http request is denied, the cluster's too.
+    let denied_dir = temp.path().join("denied");
+    let denied = plugin_dir(
+        &denied_dir,
+        &[("wasi-http", "log = true\ncredentials = true\n")],
+    );
+    let (ungranted, _) = load_with(&denied, None, vec![credentials.clone()]).await;
+    let before = cluster.log().count();
+    let outcome = ungranted
+        .probe(&wasi(&[("mode", "policy"), ("token", &token)]))
+        .await;
+    assert_fault(&outcome, &format!("own {endpoint}: denied"));
+    assert_eq!(cluster.log().count(), before, "the cluster was reached");
+
+    // The control still works after all of it, and the foreign host never saw a thing.
+    assert_eq!(runtime.probe(&control).await, ProbeOutcome::Healthy);
+    assert_eq!(foreign.connections(), 0, "the foreign host was reached");
 }

@@ -413,3 +413,61 @@ async fn a_stop_during_a_tick_leaves_each_cluster_fully_updated_or_untouched() {
     }
     assert!((6..30).contains(&updated), "{updated} clusters updated");
 }
+
+/// A prober that keeps the targets it is handed.
+#[derive(Debug, Clone, Default)]
+struct CapturingProber {
+    targets: std::sync::Arc<std::sync::Mutex<Vec<vigil::worker::ProbeTarget>>>,
+}
+
+impl vigil::worker::Prober for CapturingProber {
+    async fn probe(&self, target: &vigil::worker::ProbeTarget) -> vigil_decision::ProbeOutcome {
+        self.targets.lock().unwrap().push(target.clone());
+        vigil_decision::ProbeOutcome::Healthy
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_prober_is_handed_the_clusters_labels_and_parameters_as_stored() {
+    let sandbox = Sandbox::new();
+    let store = sandbox.store().await;
+    let clusters = names("p", 2);
+    register(&sandbox, &store, &clusters).await;
+    // Stored as the API stores them: JSON objects; a credential as a reference, and a
+    // value of another JSON type taken as its text.
+    sqlx::query("UPDATE clusters SET labels = ?, plugin_parameters = ? WHERE name = ?")
+        .bind(r#"{"env":"prod","zone":"eu-1"}"#)
+        .bind(r#"{"token":"file:///etc/vigil/token","retries":3}"#)
+        .bind("p00")
+        .execute(store.pool())
+        .await
+        .unwrap();
+
+    let record = store.cluster("p00").await.unwrap();
+    assert_eq!(record.labels.get("zone").map(String::as_str), Some("eu-1"));
+    assert_eq!(
+        record.parameters.get("retries").map(String::as_str),
+        Some("3")
+    );
+
+    let prober = CapturingProber::default();
+    let settings = settings(60, 2);
+    for name in &clusters {
+        probe_now(&store, &prober, &settings, name).await.unwrap();
+    }
+    let targets = prober.targets.lock().unwrap().clone();
+    assert_eq!(targets.len(), 2);
+    let labelled = targets.iter().find(|t| t.name == "p00").unwrap();
+    let pairs = |map: &std::collections::BTreeMap<String, String>| {
+        map.iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(pairs(&labelled.labels), ["env=prod", "zone=eu-1"]);
+    assert_eq!(
+        pairs(&labelled.parameters),
+        ["retries=3", "token=file:///etc/vigil/token"]
+    );
+    let plain = targets.iter().find(|t| t.name == "p01").unwrap();
+    assert!(plain.labels.is_empty() && plain.parameters.is_empty());
+}

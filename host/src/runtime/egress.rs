@@ -1,29 +1,43 @@
-//! The `http` host interface: one fresh hyper + rustls connection per request, with the
-//! request's own TLS material, bounded by what is left of the call's budget, and only
-//! to the hosts the egress policy allows.
+//! Egress: where one call's HTTP requests may go, and the client that sends them.
+//!
+//! Two doors lead out of a plugin, and both go through [`Egress`]: the contract's `http`
+//! interface (per-request TLS material, for kubeconfigs' mutual TLS and bearer tokens) and
+//! the standard `wasi:http` outgoing handler (for authors using ordinary `wasi:http`
+//! crates), whose every request reaches [`Egress`] through wasmtime-wasi-http's
+//! [`WasiHttpHooks::send_request`]. Each request is checked against the same grant and the
+//! same destinations, bounded by what is left of the call's budget, sent over a fresh
+//! connection by the same client, and recorded the same way: a request to the cluster
+//! counts as having talked to it, a cluster request that times out or answers 401/403 is
+//! remembered for the outcome mapping.
 
-use std::sync::{Arc, OnceLock};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
-use hyper::Uri;
+use hyper::header::{HeaderMap, HeaderName, HeaderValue};
+use hyper::{Method, Uri};
 use hyper_util::rt::TokioIo;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls::ClientConfig;
+use rustls::pki_types::ServerName;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tracing::warn;
+use wasmtime_wasi_http::{RequestOptions, WasiBody, WasiHttpHooks};
 
 use super::bindings::vigil::plugin::http;
-use super::sandbox::{CallCluster, CallState};
-use crate::reference::Reference;
+use super::sandbox::{CallCluster, CallRecord, CallState, MAX_CREDENTIAL_FILE_BYTES};
+use crate::reference::{Material, Reference};
+use crate::tls::{self, TlsClients, TlsError, Trust};
 
 /// The largest response body handed to a plugin; a bigger one is `too-large`.
 pub const MAX_RESPONSE_BODY_BYTES: usize = 4 * 1024 * 1024;
+
+/// The largest request body a plugin may send through `wasi:http` (a probe sends little;
+/// the bound keeps a guest from making the host buffer without end).
+pub const MAX_REQUEST_BODY_BYTES: usize = 1024 * 1024;
 
 /// A host and port a request may go to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,163 +130,537 @@ fn host_port(uri: &Uri) -> Option<(String, u16)> {
     Some((host, port))
 }
 
-/// The TLS machinery shared by every call: the crypto provider and the system roots
-/// (loaded once, on first use).
+/// The TLS settings of the kubeconfig's selected cluster entry (CA, server name, skip
+/// verify), which `wasi:http` requests to that cluster's API server use: a `wasi:http`
+/// request cannot carry TLS material, and the kubeconfig is where its operator said how
+/// to trust the server. The user's credentials (client certificate, token) are never
+/// added: a plugin that needs them reads them and uses the contract's `http`.
 #[derive(Debug, Clone)]
-pub(crate) struct HttpClient {
-    provider: Arc<CryptoProvider>,
-    system_roots: Arc<OnceLock<Arc<RootCertStore>>>,
+struct ClusterTls {
+    host: String,
+    port: u16,
+    ca: Option<Material>,
+    server_name: Option<String>,
+    insecure_skip_verify: bool,
 }
 
-impl Default for HttpClient {
-    fn default() -> Self {
+/// What `wasi:http` futures learn after the host call that started them returned: they
+/// run in tasks of their own, apart from the store.
+#[derive(Debug, Default)]
+struct LateRecord {
+    cluster_timed_out: AtomicBool,
+    /// 0 when no cluster request was answered 401 or 403.
+    auth_rejected: AtomicU16,
+}
+
+/// One call's egress: the plugin's grant, the destinations it may reach, what it has sent,
+/// and the client that sends. The `wasi:http` hooks of the call's store.
+pub(crate) struct Egress {
+    plugin: Arc<str>,
+    granted: bool,
+    pub(crate) policy: EgressPolicy,
+    record: CallRecord,
+    late: Arc<LateRecord>,
+    clients: TlsClients,
+    deadline: Instant,
+    cluster_tls: Option<Arc<ClusterTls>>,
+}
+
+impl std::fmt::Debug for Egress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Egress")
+            .field("plugin", &self.plugin)
+            .field("granted", &self.granted)
+            .field("record", &self.record)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Which door a request came through, for the log.
+#[derive(Debug, Clone, Copy)]
+enum Door {
+    Contract,
+    WasiHttp,
+}
+
+impl Door {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Contract => "http.send",
+            Self::WasiHttp => "wasi:http",
+        }
+    }
+}
+
+/// Why a request was not let out.
+#[derive(Debug)]
+enum Refused {
+    NotGranted,
+    Scheme,
+    NoHost,
+    Denied { host: String, port: u16 },
+}
+
+/// A request the policy let out.
+#[derive(Debug)]
+struct Admitted {
+    route: Route,
+    host: String,
+    port: u16,
+    https: bool,
+    /// What is left of the budget for this request.
+    bound: Duration,
+}
+
+impl Egress {
+    pub(crate) fn new(
+        plugin: Arc<str>,
+        granted: bool,
+        policy: EgressPolicy,
+        cluster: Option<&CallCluster>,
+        clients: TlsClients,
+        deadline: Instant,
+    ) -> Self {
+        let cluster_tls = cluster
+            .and_then(|c| c.material.as_deref())
+            .and_then(|material| {
+                let uri = material.server.parse::<Uri>().ok()?;
+                let (host, port) = host_port(&uri)?;
+                Some(Arc::new(ClusterTls {
+                    host,
+                    port,
+                    ca: material.ca.clone(),
+                    server_name: material.tls_server_name.clone(),
+                    insecure_skip_verify: material.insecure_skip_tls_verify,
+                }))
+            });
         Self {
-            provider: Arc::new(rustls::crypto::ring::default_provider()),
-            system_roots: Arc::new(OnceLock::new()),
+            plugin,
+            granted,
+            policy,
+            record: CallRecord::default(),
+            late: Arc::default(),
+            clients,
+            deadline,
+            cluster_tls,
         }
     }
-}
 
-impl HttpClient {
-    fn system_roots(&self) -> Arc<RootCertStore> {
-        Arc::clone(self.system_roots.get_or_init(|| {
-            let mut roots = RootCertStore::empty();
-            let found = rustls_native_certs::load_native_certs();
-            for certificate in found.certs {
-                let _ = roots.add(certificate);
-            }
-            Arc::new(roots)
-        }))
+    /// What the host saw of this call's requests, those still settling included.
+    pub(crate) fn record(&self) -> CallRecord {
+        let mut record = self.record.clone();
+        record.cluster_timed_out |= self.late.cluster_timed_out.load(Ordering::Acquire);
+        if record.auth_rejected.is_none() {
+            let status = self.late.auth_rejected.load(Ordering::Acquire);
+            record.auth_rejected = (status != 0).then_some(status);
+        }
+        record
     }
 
-    fn tls_config(&self, tls: Option<&http::TlsOptions>) -> Result<ClientConfig, String> {
-        let builder = ClientConfig::builder_with_provider(Arc::clone(&self.provider))
-            .with_safe_default_protocol_versions()
-            .map_err(|e| format!("TLS set-up failed: {e}"))?;
-        let skip = tls.is_some_and(|t| t.insecure_skip_verify);
-        let builder = if skip {
-            builder
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(SkipVerify(
-                    self.provider.signature_verification_algorithms,
-                )))
-        } else if let Some(ca) = tls.and_then(|t| t.ca_pem.as_ref()) {
-            let mut roots = RootCertStore::empty();
-            for certificate in CertificateDer::pem_slice_iter(ca) {
-                let certificate = certificate.map_err(|_| "the CA is not PEM".to_owned())?;
-                roots
-                    .add(certificate)
-                    .map_err(|_| "the CA certificate is invalid".to_owned())?;
-            }
-            builder.with_root_certificates(roots)
-        } else {
-            builder.with_root_certificates(self.system_roots())
+    /// Checks a request against the grant and the destinations, and records it: a
+    /// denial (logged, naming the plugin and the host, never the URL, which may carry
+    /// credentials) or a request to the cluster.
+    fn admit(&mut self, uri: &Uri, door: Door) -> Result<Admitted, Refused> {
+        if !self.granted {
+            warn!(plugin = %self.plugin, "{} denied: http is not granted", door.name());
+            return Err(Refused::NotGranted);
+        }
+        let https = match uri.scheme_str().map(str::to_ascii_lowercase).as_deref() {
+            Some("https") => true,
+            Some("http") => false,
+            _ => return Err(Refused::Scheme),
         };
-        let certificate = tls.and_then(|t| t.client_certificate_pem.as_ref());
-        let key = tls.and_then(|t| t.client_key_pem.as_ref());
-        match (certificate, key) {
-            (Some(certificate), Some(key)) => {
-                let chain = CertificateDer::pem_slice_iter(certificate)
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(|_| "the client certificate is not PEM".to_owned())?;
-                let key = PrivateKeyDer::from_pem_slice(key)
-                    .map_err(|_| "the client key is not PEM".to_owned())?;
-                builder
-                    .with_client_auth_cert(chain, key)
-                    .map_err(|_| "the client certificate and key do not fit".to_owned())
-            }
-            (None, None) => Ok(builder.with_no_client_auth()),
-            _ => Err("a client certificate needs its key, and a key its certificate".to_owned()),
+        let (host, port) = host_port(uri).ok_or(Refused::NoHost)?;
+        let Some(route) = self.policy.route(&host, port) else {
+            warn!(plugin = %self.plugin, host = %host, port, "{} denied: host outside the plugin's egress grant", door.name());
+            self.record.denied.push(format!("{host}:{port}"));
+            return Err(Refused::Denied { host, port });
+        };
+        if route == Route::Cluster {
+            self.record.cluster_contacted = true;
         }
+        Ok(Admitted {
+            route,
+            host,
+            port,
+            https,
+            bound: self.deadline.saturating_duration_since(Instant::now()),
+        })
+    }
+
+    /// How a `wasi:http` request to `host:port` trusts the server: the kubeconfig's
+    /// cluster TLS for its API server, the system roots for anything else.
+    fn wasi_trust(&self, admitted: &Admitted) -> Option<Arc<ClusterTls>> {
+        self.cluster_tls
+            .as_ref()
+            .filter(|tls| {
+                admitted.route == Route::Cluster
+                    && tls.host == admitted.host
+                    && tls.port == admitted.port
+            })
+            .cloned()
     }
 }
 
 impl http::Host for CallState {
     async fn send(&mut self, request: http::Request) -> Result<http::Response, http::HttpError> {
         use http::HttpError as E;
-        if !self.manifest.http {
-            warn!(plugin = %self.plugin, "http.send denied: http is not granted");
-            return Err(E::Denied("http is not granted to this plugin".to_owned()));
-        }
         let uri: Uri = request
             .url
             .parse()
             .map_err(|_| E::Protocol("the URL does not parse".to_owned()))?;
-        let scheme = uri.scheme_str().unwrap_or_default().to_ascii_lowercase();
-        if scheme != "http" && scheme != "https" {
-            return Err(E::Protocol(
-                "only http and https URLs are supported".to_owned(),
-            ));
-        }
-        let Some((host, port)) = host_port(&uri) else {
-            return Err(E::Protocol("the URL has no host".to_owned()));
-        };
-        let Some(route) = self.egress.route(&host, port) else {
-            // Never log the URL itself: it may carry credentials.
-            warn!(plugin = %self.plugin, host = %host, port, "http.send denied: host outside the plugin's egress grant");
-            self.record.denied.push(format!("{host}:{port}"));
-            return Err(E::Denied(format!("egress to {host}:{port} is not allowed")));
-        };
-        let mut bound = self.remaining();
+        let egress = &mut self.egress;
+        let admitted = egress
+            .admit(&uri, Door::Contract)
+            .map_err(|refused| match refused {
+                Refused::NotGranted => E::Denied("http is not granted to this plugin".to_owned()),
+                Refused::Scheme => E::Protocol("only http and https URLs are supported".to_owned()),
+                Refused::NoHost => E::Protocol("the URL has no host".to_owned()),
+                Refused::Denied { host, port } => {
+                    E::Denied(format!("egress to {host}:{port} is not allowed"))
+                }
+            })?;
+        let mut bound = admitted.bound;
         if let Some(ms) = request.timeout_ms {
             bound = bound.min(Duration::from_millis(u64::from(ms)));
         }
-        if route == Route::Cluster {
-            self.record.cluster_contacted = true;
-        }
-        let timed_out = || E::Timeout;
+        let cluster = admitted.route == Route::Cluster;
         if bound.is_zero() {
-            if route == Route::Cluster {
-                self.record.cluster_timed_out = true;
-            }
-            return Err(timed_out());
+            egress.record.cluster_timed_out |= cluster;
+            return Err(E::Timeout);
         }
-        let config = if scheme == "https" {
-            Some(self.http.tls_config(request.tls.as_ref()).map_err(E::Tls)?)
+        let tls = if admitted.https {
+            let options = request.tls.as_ref();
+            let trust = match options {
+                Some(t) if t.insecure_skip_verify => Trust::SkipVerify,
+                Some(http::TlsOptions {
+                    ca_pem: Some(ca), ..
+                }) => Trust::Ca(ca),
+                _ => Trust::System,
+            };
+            let config = egress
+                .clients
+                .client_config_parts(
+                    trust,
+                    options.and_then(|t| t.client_certificate_pem.as_deref()),
+                    options.and_then(|t| t.client_key_pem.as_deref()),
+                )
+                .map_err(|e| E::Tls(e.to_string()))?;
+            let name = options.and_then(|t| t.server_name.as_deref());
+            let name = tls::server_name(&admitted.host, name).map_err(|e| E::Tls(e.to_string()))?;
+            Some((config, name))
         } else {
             None
         };
-        let started = Instant::now();
-        let exchange = exchange(uri, host, port, config, request);
-        let Ok(result) = tokio::time::timeout(bound, exchange).await else {
-            if route == Route::Cluster {
-                self.record.cluster_timed_out = true;
-            }
-            return Err(timed_out());
-        };
-        let mut response = result?;
-        response.latency_ms = u32::try_from(started.elapsed().as_millis()).unwrap_or(u32::MAX);
-        if route == Route::Cluster && matches!(response.status, 401 | 403) {
-            self.record.auth_rejected = Some(response.status);
+        let method = Method::from_bytes(request.method.as_bytes())
+            .map_err(|_| E::Protocol("invalid request method".to_owned()))?;
+        let mut headers = HeaderMap::new();
+        for (name, value) in &request.headers {
+            let name = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| E::Protocol("invalid header name".to_owned()))?;
+            // Never quote a header value: it may be a token.
+            let value = HeaderValue::from_str(value)
+                .map_err(|_| E::Protocol(format!("invalid value of header {name}")))?;
+            headers.append(name, value);
         }
-        Ok(response)
+        let outgoing = Outgoing {
+            method,
+            target: origin_form(&uri),
+            authority: authority(&uri, &admitted),
+            headers,
+            body: Bytes::from(request.body.unwrap_or_default()),
+            host: admitted.host,
+            port: admitted.port,
+            tls,
+        };
+        let started = Instant::now();
+        let Ok(result) = tokio::time::timeout(bound, exchange(outgoing)).await else {
+            egress.record.cluster_timed_out |= cluster;
+            return Err(E::Timeout);
+        };
+        let incoming = result.map_err(|error| match error {
+            WireError::Refused(message) => E::Refused(message),
+            WireError::Dns(message) => E::Dns(message),
+            WireError::Tls(message) => E::Tls(message),
+            WireError::Protocol(message) => E::Protocol(message),
+            WireError::TooLarge => E::TooLarge,
+        })?;
+        if cluster && matches!(incoming.status, 401 | 403) {
+            egress.record.auth_rejected = Some(incoming.status);
+        }
+        Ok(http::Response {
+            status: incoming.status,
+            headers: incoming
+                .headers
+                .iter()
+                .map(|(name, value)| {
+                    (
+                        name.as_str().to_owned(),
+                        String::from_utf8_lossy(value.as_bytes()).into_owned(),
+                    )
+                })
+                .collect(),
+            body: incoming.body.to_vec(),
+            latency_ms: u32::try_from(started.elapsed().as_millis()).unwrap_or(u32::MAX),
+        })
     }
 }
 
-/// One request over a fresh connection.
-async fn exchange(
-    uri: Uri,
+/// What [`WasiHttpHooks::send_request`]'s future yields: the response, and a future
+/// that reports errors met while streaming it (none here: the body is already read).
+type SendResult = Result<
+    (
+        hyper::Response<WasiBody>,
+        Box<dyn Future<Output = Result<(), wasmtime_wasi_http::Error>> + Send>,
+    ),
+    wasmtime_wasi_http::Error,
+>;
+
+impl WasiHttpHooks for Egress {
+    /// Every `wasi:http` request of the call: checked now (a denial reaches the guest as
+    /// `HTTP-request-denied`), then sent by the same client as the contract's `http`,
+    /// within what is left of the budget (the guest's own timeouts may shorten it, never
+    /// extend it), and answered with the whole body, as the contract's `http` answers.
+    fn send_request(
+        &mut self,
+        request: hyper::Request<WasiBody>,
+        options: Option<RequestOptions>,
+        _request_done: Box<dyn Future<Output = Result<(), wasmtime_wasi_http::Error>> + Send>,
+    ) -> Box<dyn Future<Output = SendResult> + Send> {
+        use wasmtime_wasi_http::Error as E;
+        let admitted = match self.admit(request.uri(), Door::WasiHttp) {
+            Ok(admitted) => admitted,
+            Err(Refused::NotGranted | Refused::Denied { .. }) => {
+                return Box::new(std::future::ready(SendResult::Err(E::HttpRequestDenied)));
+            }
+            Err(Refused::Scheme | Refused::NoHost) => {
+                return Box::new(std::future::ready(SendResult::Err(
+                    E::HttpRequestUriInvalid,
+                )));
+            }
+        };
+        let mut bound = admitted.bound;
+        if let Some(options) = options {
+            // The guest's connect and first-byte timeouts together bound the exchange.
+            let guest = [options.connect_timeout, options.first_byte_timeout]
+                .into_iter()
+                .flatten()
+                .reduce(Duration::saturating_add);
+            if let Some(guest) = guest {
+                bound = bound.min(guest);
+            }
+        }
+        let send = WasiSend {
+            cluster_tls: self.wasi_trust(&admitted),
+            admitted,
+            bound,
+            clients: self.clients.clone(),
+            late: Arc::clone(&self.late),
+        };
+        Box::new(send.run(request))
+    }
+}
+
+/// One admitted `wasi:http` request, sent apart from the store (wasmtime spawns the
+/// future), so it carries all it needs.
+struct WasiSend {
+    admitted: Admitted,
+    bound: Duration,
+    cluster_tls: Option<Arc<ClusterTls>>,
+    clients: TlsClients,
+    late: Arc<LateRecord>,
+}
+
+impl WasiSend {
+    async fn run(self, request: hyper::Request<WasiBody>) -> SendResult {
+        use wasmtime_wasi_http::Error as E;
+        let cluster = self.admitted.route == Route::Cluster;
+        let late = Arc::clone(&self.late);
+        let bound = self.bound;
+        let incoming = if bound.is_zero() {
+            None
+        } else {
+            tokio::time::timeout(bound, self.exchange(request))
+                .await
+                .ok()
+        };
+        let Some(incoming) = incoming else {
+            if cluster {
+                late.cluster_timed_out.store(true, Ordering::Release);
+            }
+            return Err(E::ConnectionReadTimeout);
+        };
+        let incoming = incoming?;
+        if cluster && matches!(incoming.status, 401 | 403) {
+            late.auth_rejected.store(incoming.status, Ordering::Release);
+        }
+        let body: WasiBody = Full::new(incoming.body)
+            .map_err(|never| -> E { match never {} })
+            .boxed_unsync();
+        let mut response = hyper::Response::new(body);
+        *response.status_mut() =
+            hyper::StatusCode::from_u16(incoming.status).map_err(|_| E::HttpProtocolError)?;
+        *response.headers_mut() = incoming.headers;
+        let done: Box<dyn Future<Output = Result<(), E>> + Send> =
+            Box::new(std::future::ready(Ok(())));
+        Ok((response, done))
+    }
+
+    async fn exchange(
+        self,
+        request: hyper::Request<WasiBody>,
+    ) -> Result<Incoming, wasmtime_wasi_http::Error> {
+        use wasmtime_wasi_http::Error as E;
+        let Self {
+            admitted,
+            cluster_tls,
+            clients,
+            ..
+        } = self;
+        let tls = if admitted.https {
+            let config = wasi_tls_config(&clients, cluster_tls.as_deref())
+                .await
+                .map_err(|_| E::TlsCertificateError)?;
+            let name = cluster_tls.as_ref().and_then(|t| t.server_name.as_deref());
+            let name =
+                tls::server_name(&admitted.host, name).map_err(|_| E::TlsCertificateError)?;
+            Some((config, name))
+        } else {
+            None
+        };
+        let (parts, body) = request.into_parts();
+        let body = Limited::new(body, MAX_REQUEST_BODY_BYTES)
+            .collect()
+            .await
+            .map_err(|_| E::HttpRequestBodySize(None))?
+            .to_bytes();
+        let outgoing = Outgoing {
+            method: parts.method,
+            target: origin_form(&parts.uri),
+            authority: authority(&parts.uri, &admitted),
+            headers: parts.headers,
+            body,
+            host: admitted.host,
+            port: admitted.port,
+            tls,
+        };
+        exchange(outgoing).await.map_err(|error| match error {
+            WireError::Refused(_) => E::ConnectionRefused,
+            WireError::Dns(message) => E::DnsError {
+                rcode: Some(message),
+                info_code: None,
+            },
+            WireError::Tls(_) => E::TlsCertificateError,
+            WireError::Protocol(_) => E::HttpProtocolError,
+            WireError::TooLarge => {
+                E::HttpResponseBodySize(u64::try_from(MAX_RESPONSE_BODY_BYTES).ok())
+            }
+        })
+    }
+}
+
+/// The client configuration of a `wasi:http` request: the kubeconfig's cluster TLS for its
+/// API server, else the system roots; never a client certificate.
+async fn wasi_tls_config(
+    clients: &TlsClients,
+    cluster: Option<&ClusterTls>,
+) -> Result<ClientConfig, TlsError> {
+    let Some(cluster) = cluster else {
+        return clients.client_config(Trust::System, None);
+    };
+    if cluster.insecure_skip_verify {
+        return clients.client_config(Trust::SkipVerify, None);
+    }
+    match &cluster.ca {
+        None => clients.client_config(Trust::System, None),
+        Some(Material::Inline(pem)) => clients.client_config(Trust::Ca(pem.expose_secret()), None),
+        Some(Material::File(path)) => {
+            let pem = read_ca(path).await.map_err(|()| TlsError::CaNotPem)?;
+            clients.client_config(Trust::Ca(&pem), None)
+        }
+    }
+}
+
+/// Reads a CA file named by the kubeconfig, bounded in size.
+async fn read_ca(path: &Path) -> Result<Vec<u8>, ()> {
+    let metadata = tokio::fs::metadata(path).await.map_err(|_| ())?;
+    if metadata.len() > MAX_CREDENTIAL_FILE_BYTES {
+        return Err(());
+    }
+    tokio::fs::read(path).await.map_err(|_| ())
+}
+
+/// The request target in origin form (`/path?query`), as HTTP/1.1 sends it to a server.
+fn origin_form(uri: &Uri) -> String {
+    uri.path_and_query()
+        .map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned())
+}
+
+/// The `Host` header of a request without one: the port only when the URL names it.
+fn authority(uri: &Uri, admitted: &Admitted) -> String {
+    if uri.port_u16().is_some() {
+        format!("{}:{}", admitted.host, admitted.port)
+    } else {
+        admitted.host.clone()
+    }
+}
+
+/// One request, ready for the wire.
+struct Outgoing {
+    method: Method,
     host: String,
     port: u16,
-    tls: Option<ClientConfig>,
-    request: http::Request,
-) -> Result<http::Response, http::HttpError> {
-    use http::HttpError as E;
-    let server_name = request
-        .tls
-        .as_ref()
-        .and_then(|t| t.server_name.clone())
-        .unwrap_or_else(|| host.clone());
+    /// The request target, in origin form.
+    target: String,
+    /// The `Host` header sent when `headers` has none.
+    authority: String,
+    headers: HeaderMap,
+    body: Bytes,
+    /// The client configuration and the name to verify, for `https`.
+    tls: Option<(ClientConfig, ServerName<'static>)>,
+}
+
+/// A whole response.
+struct Incoming {
+    status: u16,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+/// Why a request got no answer.
+#[derive(Debug)]
+enum WireError {
+    Refused(String),
+    Dns(String),
+    Tls(String),
+    Protocol(String),
+    TooLarge,
+}
+
+/// One request over a fresh connection (a reused one would hide certificate rotation).
+async fn exchange(outgoing: Outgoing) -> Result<Incoming, WireError> {
+    let Outgoing {
+        method,
+        host,
+        port,
+        target,
+        authority,
+        mut headers,
+        body,
+        tls,
+    } = outgoing;
     let tcp = match TcpStream::connect((host.as_str(), port)).await {
         Ok(tcp) => tcp,
         Err(error) if error.kind() == std::io::ErrorKind::ConnectionRefused => {
-            return Err(E::Refused(format!("connection refused by {host}:{port}")));
+            return Err(WireError::Refused(format!(
+                "connection refused by {host}:{port}"
+            )));
         }
         Err(error) if error.to_string().contains("lookup") => {
-            return Err(E::Dns(format!("cannot resolve {host}")));
+            return Err(WireError::Dns(format!("cannot resolve {host}")));
         }
         Err(error) => {
-            return Err(E::Refused(format!(
+            return Err(WireError::Refused(format!(
                 "cannot connect to {host}:{port}: {error}"
             )));
         }
@@ -281,90 +669,60 @@ async fn exchange(
     // delayed ACKs.
     let _ = tcp.set_nodelay(true);
 
-    let authority = if uri.port_u16().is_some() {
-        format!("{host}:{port}")
-    } else {
-        host.clone()
-    };
-    let path = uri
-        .path_and_query()
-        .map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned());
-    let mut builder = hyper::Request::builder()
-        .method(request.method.as_str())
-        .uri(path);
-    let mut has_host = false;
-    for (name, value) in &request.headers {
-        has_host |= name.eq_ignore_ascii_case("host");
-        builder = builder.header(name.as_str(), value.as_str());
+    if !headers.contains_key(hyper::header::HOST) {
+        let value = HeaderValue::from_str(&authority)
+            .map_err(|_| WireError::Protocol("invalid host".to_owned()))?;
+        headers.insert(hyper::header::HOST, value);
     }
-    if !has_host {
-        builder = builder.header(hyper::header::HOST, authority);
-    }
-    let body = Full::new(Bytes::from(request.body.unwrap_or_default()));
-    let outgoing = builder
-        .body(body)
-        .map_err(|e| E::Protocol(format!("invalid request: {e}")))?;
+    let mut request = hyper::Request::builder()
+        .method(method)
+        .uri(target)
+        .body(Full::new(body))
+        .map_err(|e| WireError::Protocol(format!("invalid request: {e}")))?;
+    *request.headers_mut() = headers;
 
     match tls {
-        Some(config) => {
-            let name = ServerName::try_from(server_name)
-                .map_err(|_| E::Tls("invalid TLS server name".to_owned()))?;
+        Some((config, name)) => {
             let stream = TlsConnector::from(Arc::new(config))
                 .connect(name, tcp)
                 .await
-                .map_err(|e| E::Tls(format!("TLS handshake failed: {e}")))?;
-            send_over(TokioIo::new(stream), outgoing).await
+                .map_err(|e| WireError::Tls(format!("TLS handshake failed: {e}")))?;
+            send_over(TokioIo::new(stream), request).await
         }
-        None => send_over(TokioIo::new(tcp), outgoing).await,
+        None => send_over(TokioIo::new(tcp), request).await,
     }
 }
 
-async fn send_over<I>(
-    io: I,
-    request: hyper::Request<Full<Bytes>>,
-) -> Result<http::Response, http::HttpError>
+async fn send_over<I>(io: I, request: hyper::Request<Full<Bytes>>) -> Result<Incoming, WireError>
 where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
-    use http::HttpError as E;
     let (mut sender, connection) = hyper::client::conn::http1::handshake(io)
         .await
-        .map_err(|e| E::Protocol(format!("HTTP handshake failed: {e}")))?;
+        .map_err(|e| WireError::Protocol(format!("HTTP handshake failed: {e}")))?;
     // The connection task is aborted when this function returns, so that nothing of
     // the request outlives the host call that made it.
-    let driver = AbortOnDrop(tokio::spawn(connection));
+    let _driver = AbortOnDrop(tokio::spawn(connection));
     let response = sender
         .send_request(request)
         .await
-        .map_err(|e| E::Protocol(format!("request failed: {e}")))?;
-    let status = response.status().as_u16();
-    let headers = response
-        .headers()
-        .iter()
-        .map(|(name, value)| {
-            (
-                name.as_str().to_owned(),
-                String::from_utf8_lossy(value.as_bytes()).into_owned(),
-            )
-        })
-        .collect();
-    let body = Limited::new(response.into_body(), MAX_RESPONSE_BODY_BYTES)
+        .map_err(|e| WireError::Protocol(format!("request failed: {e}")))?;
+    let (parts, body) = response.into_parts();
+    let body = Limited::new(body, MAX_RESPONSE_BODY_BYTES)
         .collect()
         .await
         .map_err(|error| {
             if error.is::<http_body_util::LengthLimitError>() {
-                E::TooLarge
+                WireError::TooLarge
             } else {
-                E::Protocol(format!("reading the body failed: {error}"))
+                WireError::Protocol(format!("reading the body failed: {error}"))
             }
         })?
         .to_bytes();
-    drop(driver);
-    Ok(http::Response {
-        status,
-        headers,
-        body: body.to_vec(),
-        latency_ms: 0,
+    Ok(Incoming {
+        status: parts.status.as_u16(),
+        headers: parts.headers,
+        body,
     })
 }
 
@@ -374,45 +732,5 @@ struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
 impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
         self.0.abort();
-    }
-}
-
-/// `insecure-skip-verify`: accepts any server certificate, still checks the handshake
-/// signatures.
-#[derive(Debug)]
-struct SkipVerify(WebPkiSupportedAlgorithms);
-
-impl ServerCertVerifier for SkipVerify {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_schemes()
     }
 }

@@ -1,6 +1,7 @@
 //! The per-call sandbox: the store state of one call, its resource limiter, and the
-//! host interfaces `log` and `credentials` (the `http` one is in `egress`).
+//! host interfaces `log` and `credentials` (`http` and `wasi:http` are in `egress`).
 
+use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -9,11 +10,13 @@ use tracing::{debug, error, info, trace, warn};
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::bindings::vigil::plugin::{credentials, log, types};
-use super::egress::{EgressPolicy, HttpClient};
+use super::egress::{Egress, EgressPolicy};
 use super::manifest::Manifest;
 use crate::reference::{ConnectionMaterial, Reference};
+use crate::tls::TlsClients;
 
 /// The most bytes of guest stdout and of guest stderr kept per call.
 pub const MAX_GUEST_OUTPUT_BYTES: usize = 64 * 1024;
@@ -152,11 +155,15 @@ pub(crate) struct CallCluster {
     pub(crate) endpoint: String,
     pub(crate) reference: Reference,
     pub(crate) material: Option<Box<ConnectionMaterial>>,
+    /// The plugin's parameters for this cluster: the manifest's defaults under the
+    /// cluster's own, credential references unresolved.
+    pub(crate) parameters: BTreeMap<String, String>,
 }
 
 /// The state of one call's store.
 pub(crate) struct CallState {
     wasi: WasiCtx,
+    wasi_http: WasiHttpCtx,
     table: ResourceTable,
     pub(crate) stdout: MemoryOutputPipe,
     pub(crate) stderr: MemoryOutputPipe,
@@ -164,10 +171,11 @@ pub(crate) struct CallState {
     pub(crate) plugin: Arc<str>,
     pub(crate) manifest: Arc<Manifest>,
     pub(crate) cluster: Option<CallCluster>,
-    pub(crate) egress: EgressPolicy,
-    pub(crate) http: HttpClient,
+    /// Where `file:///` credential parameters may lie.
+    credential_dirs: Arc<[PathBuf]>,
+    /// Both HTTP doors (the contract's `http` and `wasi:http`) and what went through them.
+    pub(crate) egress: Egress,
     pub(crate) deadline: Instant,
-    pub(crate) record: CallRecord,
     log_lines: u32,
 }
 
@@ -175,7 +183,7 @@ impl std::fmt::Debug for CallState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CallState")
             .field("plugin", &self.plugin)
-            .field("record", &self.record)
+            .field("egress", &self.egress)
             .finish_non_exhaustive()
     }
 }
@@ -187,7 +195,8 @@ impl CallState {
         plugin: Arc<str>,
         manifest: Arc<Manifest>,
         cluster: Option<CallCluster>,
-        http: HttpClient,
+        credential_dirs: Arc<[PathBuf]>,
+        clients: TlsClients,
         deadline: Instant,
     ) -> Self {
         let stdout = MemoryOutputPipe::new(MAX_GUEST_OUTPUT_BYTES);
@@ -199,9 +208,18 @@ impl CallState {
             .allow_udp(false)
             .allow_ip_name_lookup(false)
             .build();
-        let egress = EgressPolicy::new(&manifest.allowed_hosts, cluster.as_ref());
+        let policy = EgressPolicy::new(&manifest.allowed_hosts, cluster.as_ref());
+        let egress = Egress::new(
+            Arc::clone(&plugin),
+            manifest.http,
+            policy,
+            cluster.as_ref(),
+            clients,
+            deadline,
+        );
         Self {
             wasi,
+            wasi_http: WasiHttpCtx::new(),
             table: ResourceTable::new(),
             stdout,
             stderr,
@@ -209,12 +227,16 @@ impl CallState {
             plugin,
             manifest,
             cluster,
+            credential_dirs,
             egress,
-            http,
             deadline,
-            record: CallRecord::default(),
             log_lines: 0,
         }
+    }
+
+    /// What the host saw during the call, for the outcome mapping.
+    pub(crate) fn record(&self) -> CallRecord {
+        self.egress.record()
     }
 
     /// What is left of the call's budget.
@@ -242,6 +264,18 @@ impl WasiView for CallState {
         WasiCtxView {
             ctx: &mut self.wasi,
             table: &mut self.table,
+        }
+    }
+}
+
+/// `wasi:http` shares the call's resource table with WASI; its hooks are the call's
+/// egress, so every outgoing request meets the same policy as the contract's `http`.
+impl WasiHttpView for CallState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.wasi_http,
+            table: &mut self.table,
+            hooks: &mut self.egress,
         }
     }
 }
@@ -333,7 +367,7 @@ impl credentials::Host for CallState {
         }
         // The kubeconfig's selected server is now material served to this call: egress
         // to it counts as talking to the cluster.
-        self.egress.add_cluster_url(&material.server);
+        self.egress.policy.add_cluster_url(&material.server);
         Ok(bytes)
     }
 
@@ -370,11 +404,114 @@ impl credentials::Host for CallState {
     }
 
     async fn parameter(&mut self, name: String) -> CredentialsResult {
-        // Credential parameters are stored with clusters in a later change.
-        Err(credentials::CredentialsError::NotFound(format!(
-            "no credential parameter {name}"
-        )))
+        use credentials::CredentialsError as E;
+        if !self.manifest.credentials {
+            warn!(plugin = %self.plugin, "credentials.parameter denied: credentials are not granted");
+            return Err(E::Denied(
+                "credentials are not granted to this plugin".to_owned(),
+            ));
+        }
+        let Some(value) = self
+            .cluster
+            .as_ref()
+            .and_then(|cluster| cluster.parameters.get(&name))
+        else {
+            return Err(E::NotFound(format!("the cluster has no parameter {name}")));
+        };
+        match ParameterValue::parse(value) {
+            // A plain value is no secret (the plugin sees it in `cluster.parameters`);
+            // serving it too lets a plugin read a header's value the same way whether
+            // the operator gave it inline or as a reference.
+            ParameterValue::Plain(text) => Ok(text.as_bytes().to_vec()),
+            ParameterValue::File(path) => {
+                if !is_under(&path, &self.credential_dirs) {
+                    warn!(plugin = %self.plugin, parameter = %name, path = %path.display(), "credentials.parameter denied: the file is outside the credential directories");
+                    return Err(E::Denied(format!(
+                        "parameter {name} names a file outside the credential directories"
+                    )));
+                }
+                read_bounded(self.remaining(), &path).await
+            }
+            // Secrets are read with the management cluster's credentials, which come with
+            // a later change; until then a Secret is never served.
+            ParameterValue::Secret => Err(E::Denied(format!(
+                "parameter {name} is a secret:// reference, which this version of vigil does not serve"
+            ))),
+            ParameterValue::Invalid => Err(E::Invalid(format!(
+                "parameter {name} is not a valid file:/// reference"
+            ))),
+        }
     }
+}
+
+/// A parameter's value as the contract reads it (DESIGN §3): a credential given as a
+/// reference, resolved by the host only when the plugin asks for it, or a plain value.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum ParameterValue<'a> {
+    /// A value given inline.
+    Plain(&'a str),
+    /// `file:///ABS/PATH`: the file's bytes, lexically normalised.
+    File(PathBuf),
+    /// `secret://NAMESPACE/NAME?key=KEY`: a key of a Kubernetes Secret.
+    Secret,
+    /// A `file:` value that names no absolute local path.
+    Invalid,
+}
+
+impl<'a> ParameterValue<'a> {
+    pub(crate) fn parse(value: &'a str) -> Self {
+        if value.starts_with("secret://") {
+            return Self::Secret;
+        }
+        let Some(rest) = value.strip_prefix("file://") else {
+            return Self::Plain(value);
+        };
+        // `file:///p` and `file://localhost/p` name local files; any other host does not.
+        let rest = rest.strip_prefix("localhost").unwrap_or(rest);
+        if !rest.starts_with('/') {
+            return Self::Invalid;
+        }
+        match percent_decode(rest) {
+            Some(path) => {
+                resolve_against(Path::new("/"), Path::new(&path)).map_or(Self::Invalid, Self::File)
+            }
+            None => Self::Invalid,
+        }
+    }
+}
+
+/// Whether a parameter's value is a credential reference, kept out of
+/// `cluster.parameters`.
+pub(crate) fn is_credential_reference(value: &str) -> bool {
+    !matches!(ParameterValue::parse(value), ParameterValue::Plain(_))
+}
+
+/// `%XX` escapes of a URL path decoded; `None` when one is malformed or the result is
+/// not UTF-8.
+fn percent_decode(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            decoded.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            decoded.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(decoded).ok()
+}
+
+/// Whether `path` (already normalised) is one of `roots` or lies under one of them. The
+/// comparison is on names, as discovery's (paths are not canonicalised, so that Secret
+/// volumes' `..data` links keep working).
+fn is_under(path: &Path, roots: &[PathBuf]) -> bool {
+    roots.iter().any(|root| {
+        resolve_against(Path::new("/"), root).is_some_and(|root| path.starts_with(root))
+    })
 }
 
 /// Reads a credential file, bounded in size and in time (host calls are not interrupted
@@ -430,4 +567,66 @@ fn resolve_against(kubeconfig: &Path, path: &Path) -> Option<PathBuf> {
         }
     }
     Some(normal)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parameter_values_are_read_as_the_contract_says() {
+        let check = |value: &str, expected: ParameterValue<'_>| {
+            assert_eq!(ParameterValue::parse(value), expected, "{value}");
+        };
+        check("Bearer abc", ParameterValue::Plain("Bearer abc"));
+        check("", ParameterValue::Plain(""));
+        check("https://x/y", ParameterValue::Plain("https://x/y"));
+        check("secret://ns/name?key=token", ParameterValue::Secret);
+        check(
+            "file:///etc/vigil/token",
+            ParameterValue::File("/etc/vigil/token".into()),
+        );
+        check(
+            "file://localhost/etc/vigil/token",
+            ParameterValue::File("/etc/vigil/token".into()),
+        );
+        check(
+            "file:///etc/vigil/a%20b",
+            ParameterValue::File("/etc/vigil/a b".into()),
+        );
+        check(
+            "file:///etc/vigil/./x/../token",
+            ParameterValue::File("/etc/vigil/token".into()),
+        );
+        check("file:///../../etc/shadow", ParameterValue::Invalid);
+        check("file://other-host/etc/token", ParameterValue::Invalid);
+        check("file://relative", ParameterValue::Invalid);
+        check("file:///bad%zz", ParameterValue::Invalid);
+        assert!(is_credential_reference("file:///x"));
+        assert!(is_credential_reference("secret://ns/n"));
+        assert!(!is_credential_reference("x"));
+    }
+
+    #[test]
+    fn files_must_lie_under_a_credential_directory() {
+        let roots = [
+            PathBuf::from("/etc/vigil"),
+            PathBuf::from("/home/u/.kube/config"),
+        ];
+        let check = |path: &str, expected: bool| {
+            assert_eq!(is_under(Path::new(path), &roots), expected, "{path}");
+        };
+        check("/etc/vigil/token", true);
+        check("/etc/vigil/sub/token", true);
+        check("/etc/vigil", true);
+        check("/home/u/.kube/config", true);
+        check("/etc/vigil2/token", false);
+        check("/etc/shadow", false);
+        check("/home/u/.kube/other", false);
+        assert!(!is_under(Path::new("/etc/vigil/token"), &[]));
+        assert!(!is_under(
+            Path::new("/etc/vigil/token"),
+            &[PathBuf::from("relative")]
+        ));
+    }
 }

@@ -12,32 +12,22 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper::Uri;
 use hyper_util::rt::TokioIo;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls::ClientConfig;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use vigil::reference::{ConnectionMaterial, Material};
+use vigil::tls::{self, TlsClients, Trust};
 use vigil::worker::{ProbeTarget, Prober};
 use vigil_decision::{ProbeOutcome, ReasonClass};
 
 /// The request every probe makes (DESIGN §1).
 pub const PROBE_PATH: &str = "/api/v1/namespaces?limit=1";
 
-/// Probes Kubernetes API servers natively, from the host-resolved kubeconfig.
-#[derive(Debug, Clone)]
+/// Probes Kubernetes API servers natively, from the host-resolved kubeconfig, with the
+/// same TLS client configurations as vigil's plugin runtime ([`vigil::tls`]).
+#[derive(Debug, Clone, Default)]
 pub struct NativeProber {
-    provider: Arc<CryptoProvider>,
-}
-
-impl Default for NativeProber {
-    fn default() -> Self {
-        Self {
-            provider: Arc::new(rustls::crypto::ring::default_provider()),
-        }
-    }
+    tls: TlsClients,
 }
 
 impl Prober for NativeProber {
@@ -88,12 +78,9 @@ impl NativeProber {
             Ok(token) => token.map(|t| String::from_utf8_lossy(&t).trim().to_owned()),
             Err(message) => return broken(message),
         };
-        let name = material
-            .tls_server_name
-            .clone()
-            .unwrap_or_else(|| host.clone());
-        let Ok(server_name) = ServerName::try_from(name) else {
-            return broken("invalid TLS server name".to_owned());
+        let server_name = match tls::server_name(&host, material.tls_server_name.as_deref()) {
+            Ok(name) => name,
+            Err(error) => return broken(error.to_string()),
         };
 
         let tcp = match TcpStream::connect((host.as_str(), port)).await {
@@ -162,42 +149,17 @@ impl NativeProber {
     }
 
     fn client_config(&self, material: &ConnectionMaterial) -> Result<ClientConfig, String> {
-        let builder = ClientConfig::builder_with_provider(Arc::clone(&self.provider))
-            .with_safe_default_protocol_versions()
-            .map_err(|e| format!("TLS set-up failed: {e}"))?;
-        let builder = if material.insecure_skip_tls_verify {
-            builder
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(SkipVerify(
-                    self.provider.signature_verification_algorithms,
-                )))
-        } else {
-            let mut roots = RootCertStore::empty();
-            if let Some(ca) = read_material(material.ca.as_ref())? {
-                for cert in CertificateDer::pem_slice_iter(&ca) {
-                    let cert = cert.map_err(|_| "the CA is not PEM".to_owned())?;
-                    roots
-                        .add(cert)
-                        .map_err(|_| "the CA certificate is invalid".to_owned())?;
-                }
-            }
-            builder.with_root_certificates(roots)
+        let ca = read_material(material.ca.as_ref())?;
+        let trust = match (&ca, material.insecure_skip_tls_verify) {
+            (_, true) => Trust::SkipVerify,
+            (Some(ca), false) => Trust::Ca(ca),
+            (None, false) => Trust::System,
         };
         let certificate = read_material(material.client_certificate.as_ref())?;
         let key = read_material(material.client_key.as_ref())?;
-        match (certificate, key) {
-            (Some(certificate), Some(key)) => {
-                let chain = CertificateDer::pem_slice_iter(&certificate)
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(|_| "the client certificate is not PEM".to_owned())?;
-                let key = PrivateKeyDer::from_pem_slice(&key)
-                    .map_err(|_| "the client key is not PEM".to_owned())?;
-                builder
-                    .with_client_auth_cert(chain, key)
-                    .map_err(|_| "the client certificate and key do not fit".to_owned())
-            }
-            _ => Ok(builder.with_no_client_auth()),
-        }
+        self.tls
+            .client_config_parts(trust, certificate.as_deref(), key.as_deref())
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -227,46 +189,6 @@ fn read_material(material: Option<&Material>) -> Result<Option<Vec<u8>>, String>
         Some(Material::File(path)) => std::fs::read(path)
             .map(Some)
             .map_err(|e| format!("cannot read {}: {}", path.display(), e.kind())),
-    }
-}
-
-/// `insecure-skip-tls-verify`: accepts any server certificate, still checks
-/// the handshake signatures.
-#[derive(Debug)]
-struct SkipVerify(WebPkiSupportedAlgorithms);
-
-impl ServerCertVerifier for SkipVerify {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_schemes()
     }
 }
 
