@@ -149,6 +149,17 @@ pub struct ServeArgs {
     )]
     pub plugin_dir: PathBuf,
 
+    /// More directories under which credential files may lie, `:`-separated (file
+    /// references of manually registered clusters and `file:///` plugin parameters; the
+    /// kubeconfig sources are always allowed).
+    #[arg(
+        long = "credential-dirs",
+        env = "VIGIL_CREDENTIAL_DIRS",
+        value_name = "VIGIL_CREDENTIAL_DIRS",
+        value_delimiter = ':'
+    )]
+    pub credential_dirs: Vec<PathBuf>,
+
     /// Where compiled plugins are cached [default: $XDG_CACHE_HOME/vigil, else ~/.cache/vigil].
     #[arg(
         long = "cache-dir",
@@ -216,6 +227,8 @@ pub struct EngineConfig {
     pub plugin_dir: PathBuf,
     /// The compiled-plugin cache; `None` when no location could be derived.
     pub cache_dir: Option<PathBuf>,
+    /// Directories (besides the kubeconfig sources) under which credential files may lie.
+    pub credential_dirs: Vec<PathBuf>,
     /// Log format.
     pub log_format: LogFormat,
 }
@@ -262,6 +275,13 @@ impl ServeArgs {
             database_path,
             plugin_dir: self.plugin_dir.clone(),
             cache_dir,
+            credential_dirs: self
+                .credential_dirs
+                .iter()
+                .filter(|p| !p.as_os_str().is_empty())
+                .cloned()
+                .map(crate::discovery::absolute)
+                .collect(),
             log_format: self.log_format,
         })
     }

@@ -147,7 +147,9 @@ impl Sources {
 }
 
 /// Makes a path absolute without touching the file system (no symlink resolution).
-fn absolute(path: PathBuf) -> PathBuf {
+/// The path made absolute against the current directory (not resolved: symbolic links
+/// stay as named).
+pub fn absolute(path: PathBuf) -> PathBuf {
     if path.is_absolute() {
         return path;
     }

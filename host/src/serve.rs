@@ -80,6 +80,7 @@ pub async fn load_plugins(config: &EngineConfig) -> Result<EngineProber, ServeEr
         plugin_dir: config.plugin_dir.clone(),
         cache_dir: config.cache_dir.clone(),
         concurrency: u32::try_from(config.concurrency).unwrap_or(u32::MAX),
+        credential_dirs: credential_roots(config),
     };
     let (runtime, report) = PluginRuntime::load(&settings).await?;
     if report.loaded.is_empty() {
@@ -98,6 +99,19 @@ pub async fn load_plugins(config: &EngineConfig) -> Result<EngineProber, ServeEr
         );
     }
     Ok(EngineProber::Plugins(runtime))
+}
+
+/// Where credential files may lie (DESIGN §3): the kubeconfig files and directory that
+/// discovery reads, and `VIGIL_CREDENTIAL_DIRS`.
+pub fn credential_roots(config: &EngineConfig) -> Vec<std::path::PathBuf> {
+    let sources = Sources::from_settings(&config.discovery);
+    sources
+        .files()
+        .iter()
+        .map(|file| file.path.clone())
+        .chain(sources.dir().map(std::path::Path::to_path_buf))
+        .chain(config.credential_dirs.iter().cloned())
+        .collect()
 }
 
 /// Runs the engine with `prober` until `shutdown` completes.

@@ -291,6 +291,7 @@ fn serve_help_lists_every_setting() {
         "KUBECONFIG_DIR",
         "DATABASE_URL",
         "VIGIL_LOG_FORMAT",
+        "VIGIL_CREDENTIAL_DIRS",
         "VIGIL_PLUGIN_DIR",
         "VIGIL_CACHE_DIR",
     ] {
