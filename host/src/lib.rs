@@ -4,6 +4,7 @@
 pub mod cli;
 pub mod discovery;
 pub mod lock;
+pub mod metrics;
 pub mod reference;
 pub mod runtime;
 pub mod serve;
