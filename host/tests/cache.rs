@@ -59,6 +59,7 @@ async fn load(plugins: &Path, cache: Option<&Path>) -> (PluginRuntime, CacheStat
         plugin_dir: plugins.to_path_buf(),
         cache_dir: cache.map(Path::to_path_buf),
         concurrency: 2,
+        credential_dirs: Vec::new(),
     })
     .await
     .expect("the runtime starts");
@@ -131,6 +132,8 @@ async fn assert_probes(runtime: &PluginRuntime, cluster: &Cluster) {
         connection: Some(material),
         plugin: Some("kubeconfig-file".to_owned()),
         timeout: Duration::from_secs(2),
+        labels: Default::default(),
+        parameters: Default::default(),
     };
     assert_eq!(runtime.probe(&target).await, ProbeOutcome::Healthy);
     assert_eq!(
@@ -229,6 +232,8 @@ fn noop_target() -> ProbeTarget {
         connection: None,
         plugin: Some("noop".to_owned()),
         timeout: Duration::from_secs(2),
+        labels: Default::default(),
+        parameters: Default::default(),
     }
 }
 

@@ -142,6 +142,7 @@ async fn load(plugins: &Path, cache: Option<&Path>) -> Result<(PluginRuntime, Du
         plugin_dir: plugins.to_path_buf(),
         cache_dir: cache.map(Path::to_path_buf),
         concurrency: 4,
+        credential_dirs: Vec::new(),
     })
     .await
     .map_err(|e| e.to_string())?;
@@ -202,6 +203,8 @@ async fn instantiate_and_call(options: &Options, scratch: &Path) -> Result<Vec<S
         connection: None,
         plugin: Some("noop".to_owned()),
         timeout: Duration::from_secs(10),
+        labels: Default::default(),
+        parameters: Default::default(),
     };
     for _ in 0..options.warmup {
         runtime.probe(&target).await;
@@ -369,6 +372,8 @@ async fn plugin_vs_native(options: &Options, scratch: &Path) -> Result<Vec<Strin
         connection: Some(material),
         plugin: Some("kubeconfig-file".to_owned()),
         timeout: Duration::from_secs(5),
+        labels: Default::default(),
+        parameters: Default::default(),
     };
 
     let source = options.plugins.join("kubeconfig-file.wasm");
