@@ -2,6 +2,7 @@
 //! (DESIGN §6), parsed and checked before anything is written.
 
 use std::ffi::OsString;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -168,6 +169,13 @@ pub struct ServeArgs {
     )]
     pub cache_dir: Option<PathBuf>,
 
+    /// One metrics series per cluster (`vigil_cluster_status`); off by default, so that
+    /// 10,000 clusters do not make 10,000 series.
+    #[arg(long = "metrics-per-cluster", env = "VIGIL_METRICS_PER_CLUSTER",
+          value_name = "VIGIL_METRICS_PER_CLUSTER", default_value_t = false,
+          action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub metrics_per_cluster: bool,
+
     /// Log format.
     #[arg(long = "log-format", env = "VIGIL_LOG_FORMAT", value_name = "VIGIL_LOG_FORMAT",
           value_enum, default_value_t = LogFormat::Text)]
@@ -176,6 +184,10 @@ pub struct ServeArgs {
     /// kubectl's own variable, read when KUBECONFIG_PATH is unset.
     #[arg(long = "kubeconfig", env = "KUBECONFIG", hide = true)]
     pub kubeconfig_env: Option<OsString>,
+
+    /// The REST API.
+    #[command(flatten)]
+    pub api: ApiArgs,
 
     /// The XDG base directory for caches, read when VIGIL_CACHE_DIR is unset.
     #[arg(long = "xdg-cache-home", env = "XDG_CACHE_HOME", hide = true)]
@@ -231,6 +243,10 @@ pub struct EngineConfig {
     pub credential_dirs: Vec<PathBuf>,
     /// Log format.
     pub log_format: LogFormat,
+    /// The REST API's settings.
+    pub api: ApiConfig,
+    /// Whether metrics have one series per cluster.
+    pub metrics_per_cluster: bool,
 }
 
 impl ServeArgs {
@@ -283,6 +299,8 @@ impl ServeArgs {
                 .map(crate::discovery::absolute)
                 .collect(),
             log_format: self.log_format,
+            api: self.api.config()?,
+            metrics_per_cluster: self.metrics_per_cluster,
         })
     }
 
@@ -300,7 +318,7 @@ impl ServeArgs {
                 .or_else(|| home_dir.map(|home| home.join(".cache").join("vigil")))
         });
         if let Some(dir) = &cache_dir
-            && is_within(dir, &self.plugin_dir)
+            && crate::reference::lies_under(dir, std::slice::from_ref(&self.plugin_dir))
         {
             return Err(SettingError {
                 variable: if explicit.is_some() {
@@ -324,30 +342,111 @@ impl ServeArgs {
     }
 }
 
-/// Whether `path` is `dir` or lies under it, compared lexically after making both
-/// absolute against the working directory.
-fn is_within(path: &Path, dir: &Path) -> bool {
-    let absolute = |p: &Path| {
-        let joined = if p.is_absolute() {
-            p.to_path_buf()
-        } else {
-            std::env::current_dir().unwrap_or_default().join(p)
-        };
-        joined
-            .components()
-            .fold(PathBuf::new(), |mut out, component| {
-                match component {
-                    std::path::Component::CurDir => {}
-                    std::path::Component::ParentDir => {
-                        out.pop();
-                    }
-                    other => out.push(other),
-                }
-                out
-            })
-    };
-    absolute(path).starts_with(absolute(dir))
-}
-
 /// How long discovery waits for file changes to settle before re-reading.
 pub const DISCOVERY_DEBOUNCE: Duration = Duration::from_millis(500);
+
+/// Settings of the REST API.
+#[derive(Debug, Clone, Args)]
+pub struct ApiArgs {
+    /// Where the REST API listens.
+    #[arg(
+        long = "listen",
+        env = "VIGIL_LISTEN",
+        value_name = "VIGIL_LISTEN",
+        default_value = "127.0.0.1:8080"
+    )]
+    pub listen: SocketAddr,
+
+    /// The bearer token that mutations (and reads, with VIGIL_API_READ_AUTH) need.
+    #[arg(
+        long = "api-token",
+        env = "VIGIL_API_TOKEN",
+        value_name = "VIGIL_API_TOKEN",
+        hide_env_values = true
+    )]
+    pub token: Option<String>,
+
+    /// A file of named tokens, one `NAME:TOKEN` per line; the name is recorded with each change.
+    #[arg(
+        long = "api-tokens-file",
+        env = "VIGIL_API_TOKENS_FILE",
+        value_name = "VIGIL_API_TOKENS_FILE"
+    )]
+    pub tokens_file: Option<PathBuf>,
+
+    /// Whether reads need a token too.
+    #[arg(long = "api-read-auth", env = "VIGIL_API_READ_AUTH", value_name = "VIGIL_API_READ_AUTH",
+          default_value_t = false, action = clap::ArgAction::Set)]
+    pub read_auth: bool,
+
+    /// Listen on a non-loopback address without any token (anyone who can reach it may
+    /// change clusters and apps).
+    #[arg(long = "insecure-no-auth", env = "VIGIL_INSECURE_NO_AUTH",
+          value_name = "VIGIL_INSECURE_NO_AUTH", default_value_t = false,
+          action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub insecure_no_auth: bool,
+}
+
+/// A secret setting: never printed, not even by `Debug`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SecretSetting(pub String);
+
+impl std::fmt::Debug for SecretSetting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SecretSetting(***)")
+    }
+}
+
+/// The REST API's settings, checked.
+#[derive(Debug, Clone)]
+pub struct ApiConfig {
+    /// Where it listens.
+    pub listen: SocketAddr,
+    /// `VIGIL_API_TOKEN`.
+    pub token: Option<SecretSetting>,
+    /// `VIGIL_API_TOKENS_FILE`.
+    pub tokens_file: Option<PathBuf>,
+    /// `VIGIL_API_READ_AUTH`.
+    pub read_auth: bool,
+}
+
+impl ApiArgs {
+    fn config(&self) -> Result<ApiConfig, SettingError> {
+        let token = self.token.clone().filter(|t| !t.is_empty());
+        if let Some(token) = &token
+            && token.len() < crate::api::auth::MIN_TOKEN_LEN
+        {
+            return Err(SettingError {
+                variable: "VIGIL_API_TOKEN",
+                value: "***".to_owned(),
+                reason: format!(
+                    "a token needs at least {} characters",
+                    crate::api::auth::MIN_TOKEN_LEN
+                ),
+            });
+        }
+        let has_token = token.is_some() || self.tokens_file.is_some();
+        if !has_token && !self.listen.ip().is_loopback() && !self.insecure_no_auth {
+            return Err(SettingError {
+                variable: "VIGIL_LISTEN",
+                value: self.listen.to_string(),
+                reason: "without VIGIL_API_TOKEN or VIGIL_API_TOKENS_FILE vigil listens only on \
+                         loopback; set a token, or pass --insecure-no-auth to accept anyone"
+                    .to_owned(),
+            });
+        }
+        if self.read_auth && !has_token {
+            return Err(SettingError {
+                variable: "VIGIL_API_READ_AUTH",
+                value: "true".to_owned(),
+                reason: "read auth needs VIGIL_API_TOKEN or VIGIL_API_TOKENS_FILE".to_owned(),
+            });
+        }
+        Ok(ApiConfig {
+            listen: self.listen,
+            token: token.map(SecretSetting),
+            tokens_file: self.tokens_file.clone(),
+            read_auth: self.read_auth,
+        })
+    }
+}

@@ -14,7 +14,7 @@
 use std::fmt;
 use std::fs;
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 use kube::config::AuthInfo;
 use vigil_decision::ReasonClass;
@@ -463,4 +463,36 @@ mod tests {
         let material = Material::Inline(secret);
         assert!(!format!("{material:?}").contains("hunter2"));
     }
+}
+
+/// `path` with `.` and `..` resolved by name, made absolute against the working
+/// directory (symbolic links are not followed, as discovery does not follow them).
+pub fn lexically_absolute(path: &Path) -> PathBuf {
+    let joined = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir().unwrap_or_default().join(path)
+    };
+    joined
+        .components()
+        .fold(PathBuf::new(), |mut out, component| {
+            match component {
+                Component::CurDir => {}
+                Component::ParentDir => {
+                    out.pop();
+                }
+                other => out.push(other),
+            }
+            out
+        })
+}
+
+/// Whether `path` is one of `roots` or lies under one of them, compared by name after
+/// resolving `.` and `..` (DESIGN §3: credential files lie under the kubeconfig sources
+/// and `VIGIL_CREDENTIAL_DIRS`).
+pub fn lies_under(path: &Path, roots: &[PathBuf]) -> bool {
+    let path = lexically_absolute(path);
+    roots
+        .iter()
+        .any(|root| path.starts_with(lexically_absolute(root)))
 }

@@ -37,6 +37,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use sha2::Digest as _;
 use tracing::{Instrument, debug, info, info_span, warn};
 use vigil_decision::{ClusterId, ProbeOutcome, ReasonClass};
 use wasmtime::component::{Component, HasSelf, Linker};
@@ -196,6 +197,10 @@ pub struct PluginSummary {
     pub priority: i32,
     /// What the compiled-code cache did for it: loaded it, or compiled it and why.
     pub cache: CacheStatus,
+    /// The sha256 of the file, hex.
+    pub hash: String,
+    /// The capabilities its `NAME.toml` grants (`log`, `credentials`, `http`).
+    pub grants: Vec<String>,
 }
 
 /// What [`PluginRuntime::load`] did with each file.
@@ -676,6 +681,10 @@ async fn load_one(
     }
     let bytes = std::fs::read(&file).map_err(|e| Refusal::Unreadable(e.to_string()))?;
     check_header(&bytes)?;
+    let hash: String = sha2::Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
 
     // Compiling is CPU-bound (tens of milliseconds to seconds): off the async threads.
     let compile_engine = engine.engine().clone();
@@ -735,6 +744,8 @@ async fn load_one(
         description: info.description,
         priority: manifest.priority,
         cache: cache_status,
+        hash,
+        grants: manifest.grants(),
     };
     Ok(LoadedPlugin {
         summary,

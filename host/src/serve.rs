@@ -5,12 +5,17 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
+use crate::api::{Access, ApiState, PluginCatalog, PluginView, Readiness, TokensError};
 use crate::cli::{DISCOVERY_DEBOUNCE, EngineConfig};
 use crate::discovery::{self, Sources};
 use crate::lock::{DatabaseLock, LockError};
+use crate::metrics::Metrics;
 use crate::reference::{self, Reference};
 use crate::runtime::{PluginRuntime, RuntimeError, RuntimeSettings};
 use crate::store::{DiscoveredClusterRow, Store, StoreError, UpsertSummary};
@@ -31,6 +36,41 @@ pub enum ServeError {
     /// The plugin runtime could not start (a single bad plugin never stops it).
     #[error(transparent)]
     Plugins(#[from] RuntimeError),
+    /// The API tokens file cannot be used.
+    #[error(transparent)]
+    Tokens(#[from] TokensError),
+    /// The REST API cannot listen.
+    #[error("the REST API cannot listen on {address}")]
+    Listen {
+        /// The address (`VIGIL_LISTEN`).
+        address: std::net::SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Marks the engine caught up once every cluster that was UNKNOWN and unprobed when it
+/// started has been probed (a persisted status from before counts as known).
+async fn watch_catch_up(
+    store: Store,
+    started: vigil_decision::Timestamp,
+    readiness: Arc<Readiness>,
+) {
+    loop {
+        match store.awaiting_first_probe(started).await {
+            Ok(0) => {
+                readiness.caught_up.store(true, Ordering::Release);
+                info!("every cluster overdue at start-up has been probed");
+                return;
+            }
+            Ok(_) => {}
+            Err(error) => {
+                warn!(error = %crate::worker::error_chain(&error), "readiness check failed");
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
 
 /// The prober of `vigil serve`: the plugin runtime, or — when the plugin
@@ -61,7 +101,7 @@ pub async fn serve_with_plugins(
 ) -> Result<WorkerStats, ServeError> {
     let _lock = lock(config)?;
     let prober = load_plugins(config).await?;
-    run(config, prober, shutdown).await
+    run(config, prober.clone(), Arc::new(prober), shutdown).await
 }
 
 /// Loads the plugin directory. A missing directory is not an error (vigil runs
@@ -114,14 +154,15 @@ pub fn credential_roots(config: &EngineConfig) -> Vec<std::path::PathBuf> {
         .collect()
 }
 
-/// Runs the engine with `prober` until `shutdown` completes.
+/// Runs the engine with `prober` until `shutdown` completes (with no plugin catalog:
+/// the API lists no plugin).
 pub async fn serve<P: Prober>(
     config: &EngineConfig,
     prober: P,
     shutdown: impl Future<Output = ()>,
 ) -> Result<WorkerStats, ServeError> {
     let _lock = lock(config)?;
-    run(config, prober, shutdown).await
+    run(config, prober, Arc::new(NoCatalog), shutdown).await
 }
 
 fn lock(config: &EngineConfig) -> Result<Option<DatabaseLock>, LockError> {
@@ -132,20 +173,103 @@ fn lock(config: &EngineConfig) -> Result<Option<DatabaseLock>, LockError> {
         .transpose()
 }
 
+/// The catalog of an engine run with a prober that is not the plugin runtime.
+#[derive(Debug)]
+struct NoCatalog;
+
+impl PluginCatalog for NoCatalog {
+    fn plugins(&self) -> Vec<PluginView> {
+        Vec::new()
+    }
+}
+
+impl PluginCatalog for EngineProber {
+    fn plugins(&self) -> Vec<PluginView> {
+        let Self::Plugins(runtime) = self else {
+            return Vec::new();
+        };
+        runtime
+            .plugins()
+            .into_iter()
+            .map(|plugin| {
+                let stats = runtime.stats(&plugin.name).unwrap_or_default();
+                PluginView {
+                    name: plugin.name,
+                    self_name: plugin.self_name,
+                    version: plugin.version,
+                    package: crate::runtime::SUPPORTED_CONTRACT.to_owned(),
+                    hash: Some(plugin.hash),
+                    schemes: plugin.schemes,
+                    priority: plugin.priority,
+                    grants: plugin.grants,
+                    probes: stats.probes,
+                    faults: stats.faults,
+                }
+            })
+            .collect()
+    }
+}
+
+/// How long open API connections (event streams) may take to end after shutdown.
+const API_DRAIN: Duration = Duration::from_secs(2);
+
 async fn run<P: Prober>(
     config: &EngineConfig,
     prober: P,
+    catalog: Arc<dyn PluginCatalog>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<WorkerStats, ServeError> {
+    let access = Access::new(
+        config.api.token.as_ref().map(|t| t.0.as_str()),
+        config.api.tokens_file.as_deref(),
+        config.api.read_auth,
+    )?;
     let store = Store::open(&config.database_url).await?;
     let sources = Sources::from_settings(&config.discovery);
 
     let mut settings = WorkerSettings::new(config.defaults, config.brake, config.concurrency);
     settings.brake_window_explicit = config.brake_window_explicit;
-    let worker = Worker::new(store.clone(), prober, settings);
+    let metrics = Metrics::new(config.metrics_per_cluster);
+    let worker = Worker::new(store.clone(), prober, settings).with_metrics(metrics.clone());
     let handle = worker.handle();
 
+    let listener = tokio::net::TcpListener::bind(config.api.listen)
+        .await
+        .map_err(|source| ServeError::Listen {
+            address: config.api.listen,
+            source,
+        })?;
+    let readiness = Arc::new(Readiness::default());
+    let state = ApiState {
+        store: store.clone(),
+        prober: Arc::new(worker.on_demand()),
+        plugins: catalog,
+        access,
+        credential_roots: credential_roots(config).into(),
+        defaults: config.defaults,
+        readiness: Arc::clone(&readiness),
+        metrics: Some(Arc::new(metrics)),
+        wake: handle.clone(),
+    };
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let api = tokio::spawn(async move {
+        let stopped = async move {
+            let _ = stop_rx.wait_for(|stop| *stop).await;
+        };
+        axum::serve(listener, crate::api::app(state))
+            .with_graceful_shutdown(stopped)
+            .await
+    });
+    info!(listen = %config.api.listen, "REST API listening");
+
+    let started = wall_clock();
     run_discovery(&store, &sources, &handle).await?;
+    readiness.discovered.store(true, Ordering::Release);
+    let catch_up = tokio::spawn(watch_catch_up(
+        store.clone(),
+        started,
+        Arc::clone(&readiness),
+    ));
 
     let (changed_tx, mut changed_rx) = mpsc::channel(1);
     let _watcher = match discovery::watch(&sources, DISCOVERY_DEBOUNCE, changed_tx) {
@@ -170,8 +294,19 @@ async fn run<P: Prober>(
     };
     let rediscovery = tokio::spawn(rediscovery);
 
-    let stats = worker.run(shutdown).await;
+    let stats = worker
+        .run(async move {
+            shutdown.await;
+            let _ = stop_tx.send(true);
+        })
+        .await;
     rediscovery.abort();
+    catch_up.abort();
+    match tokio::time::timeout(API_DRAIN, api).await {
+        Ok(Ok(Err(error))) => warn!(%error, "the REST API stopped with an error"),
+        Ok(_) => {}
+        Err(_) => info!("open API connections closed at shutdown"),
+    }
     store.close().await;
     Ok(stats?)
 }

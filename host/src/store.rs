@@ -6,6 +6,10 @@
 //! only (R3), and a process stopped mid-tick leaves every cluster either fully
 //! updated or untouched. Everything the rules need is persisted (R4).
 
+mod operator;
+
+pub use self::operator::{ClusterFilter, ClusterPatch, NewCluster};
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -92,6 +96,14 @@ pub enum StoreError {
     ClusterOffline {
         /// The cluster's name.
         cluster: String,
+    },
+    /// A cluster cannot be deleted while apps remain on it.
+    #[error("cluster `{cluster}` still has apps ({}): reassign or remove them first", apps.join(", "))]
+    HasApps {
+        /// The cluster's name.
+        cluster: String,
+        /// The apps on it.
+        apps: Vec<String>,
     },
 }
 
@@ -1154,6 +1166,16 @@ impl Store {
         .fetch_one(&mut *tx)
         .await
         .map_err(query_error("recording a deployment"))?;
+        insert_event(
+            &mut tx,
+            now,
+            Some((cluster_id.0, &cluster)),
+            None,
+            "app-deployed",
+            &serde_json::json!({ "app": app, "version": version, "deployment": id }),
+            actor,
+        )
+        .await?;
         tx.commit()
             .await
             .map_err(query_error("committing a deployment"))?;

@@ -136,6 +136,8 @@ pub struct Worker<P> {
     settings: WorkerSettings,
     wake: Arc<Notify>,
     metrics: Option<Metrics>,
+    /// The clusters being probed, by the worker or on demand: at most one probe each.
+    in_flight: InFlight,
 }
 
 /// Lets other parts of the engine (discovery, the API) wake the worker when
@@ -174,6 +176,19 @@ impl<P: Prober> Worker<P> {
             settings,
             wake: Arc::new(Notify::new()),
             metrics: None,
+            in_flight: Arc::default(),
+        }
+    }
+
+    /// Probing on demand beside this worker (the API's probe-now), recording into the
+    /// same metrics.
+    pub fn on_demand(&self) -> OnDemand<P> {
+        OnDemand {
+            store: self.store.clone(),
+            prober: Arc::clone(&self.prober),
+            settings: self.settings,
+            metrics: self.metrics.clone(),
+            in_flight: Arc::clone(&self.in_flight),
         }
     }
 
@@ -198,7 +213,7 @@ impl<P: Prober> Worker<P> {
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<WorkerStats, StoreError> {
         let (stop_tx, stop_rx) = watch::channel(false);
         let slots = Arc::new(Semaphore::new(self.settings.concurrency));
-        let in_flight: InFlight = Arc::default();
+        let in_flight = Arc::clone(&self.in_flight);
         let mut tasks: JoinSet<ProbeEnd> = JoinSet::new();
         let mut stats = WorkerStats::default();
         tokio::pin!(shutdown);
@@ -376,6 +391,64 @@ impl<P: Prober> ProbeJob<P> {
                 ProbeEnd::Failed
             }
         }
+    }
+}
+
+/// One probe of a named cluster, now, beside the worker: never while the worker (or
+/// another on-demand call) probes the same cluster.
+#[derive(Debug)]
+pub struct OnDemand<P> {
+    store: Store,
+    prober: Arc<P>,
+    settings: WorkerSettings,
+    metrics: Option<Metrics>,
+    in_flight: InFlight,
+}
+
+/// Why an on-demand probe did not run.
+#[derive(Debug, thiserror::Error)]
+pub enum OnDemandError {
+    /// A probe of this cluster is running.
+    #[error("a probe of cluster `{0}` is already running")]
+    InProgress(String),
+    /// The database failed, or the cluster does not exist.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl<P: Prober> OnDemand<P> {
+    /// Probes `cluster` once and applies the outcome (see [`probe_now`]). `Ok(None)`
+    /// when the cluster disappeared meanwhile.
+    pub async fn probe(&self, cluster: &str) -> Result<Option<ProbeOutcome>, OnDemandError> {
+        let id = self.store.cluster(cluster).await?.id;
+        if !lock(&self.in_flight).insert(id) {
+            return Err(OnDemandError::InProgress(cluster.to_owned()));
+        }
+        // Removed however the probe ends, even if this future is dropped.
+        let _slot = InFlightSlot {
+            in_flight: &self.in_flight,
+            id,
+        };
+        let result = probe_now_recorded(
+            &self.store,
+            self.prober.as_ref(),
+            &self.settings,
+            self.metrics.as_ref(),
+            cluster,
+        )
+        .await?;
+        Ok(result.map(|(outcome, _)| outcome))
+    }
+}
+
+struct InFlightSlot<'a> {
+    in_flight: &'a InFlight,
+    id: ClusterId,
+}
+
+impl Drop for InFlightSlot<'_> {
+    fn drop(&mut self) {
+        lock(self.in_flight).remove(&self.id);
     }
 }
 

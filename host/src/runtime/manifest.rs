@@ -68,6 +68,19 @@ impl Default for Manifest {
 }
 
 impl Manifest {
+    /// The capabilities granted, by name, in the contract's order.
+    pub fn grants(&self) -> Vec<String> {
+        [
+            ("log", self.log),
+            ("credentials", self.credentials),
+            ("http", self.http),
+        ]
+        .into_iter()
+        .filter(|(_, granted)| *granted)
+        .map(|(name, _)| name.to_owned())
+        .collect()
+    }
+
     /// The memory cap in bytes.
     pub fn memory_bytes(&self) -> u64 {
         u64::from(self.memory_mib) * 1024 * 1024

@@ -1,0 +1,318 @@
+//! The REST API (DESIGN §6): the only module that knows HTTP and JSON.
+//!
+//! [`app`] builds the whole router from an [`ApiState`]; tests drive it with `oneshot`
+//! and no socket. Every route is declared with `utoipa`, so `/openapi.json` is generated
+//! from the code and cannot forget a route. Errors are `application/problem+json`,
+//! built in one place ([`problem`]). A bearer token protects every mutation (and every
+//! read with read auth); the token's *name* is recorded with each change.
+
+pub mod auth;
+pub mod problem;
+
+// utoipa's `path` macro expands `params(Type)` to fully qualified paths.
+#[allow(unused_qualifications)]
+mod apps;
+#[allow(unused_qualifications)]
+mod clusters;
+#[allow(unused_qualifications)]
+mod events;
+mod extract;
+mod plugins;
+mod views;
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use axum::extract::{DefaultBodyLimit, State};
+use axum::response::{IntoResponse, Response};
+use axum::{Json, Router, middleware};
+use serde::Serialize;
+use utoipa::openapi::OpenApi as OpenApiDoc;
+use utoipa::{OpenApi, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use vigil_decision::{HealthPolicy, ProbeOutcome};
+
+pub use self::auth::{Access, Caller, TokensError};
+pub use self::problem::{Problem, ProblemKind};
+pub use self::views::PluginView;
+use crate::store::Store;
+use crate::worker::WorkerHandle;
+
+/// The largest request body accepted, in bytes.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// The largest page a list returns.
+pub const MAX_PAGE: u32 = 1000;
+
+/// Why a probe asked through the API did not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeNowError {
+    /// No such cluster.
+    #[error("cluster `{0}` does not exist")]
+    NotFound(String),
+    /// The worker (or another API call) is probing it right now.
+    #[error("a probe of cluster `{0}` is already running; try again when it ends")]
+    InProgress(String),
+    /// The database failed.
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+}
+
+/// A boxed future, for the object-safe services below.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Probes one cluster now under the worker's rules, never while the worker probes it.
+pub trait ProbeNow: Send + Sync + 'static {
+    /// Probes `cluster` once and applies the outcome; returns it.
+    fn probe_now<'a>(
+        &'a self,
+        cluster: &'a str,
+    ) -> BoxFuture<'a, Result<ProbeOutcome, ProbeNowError>>;
+}
+
+/// What the engine knows of its plugins.
+pub trait PluginCatalog: Send + Sync + 'static {
+    /// The loaded plugins, in routing order.
+    fn plugins(&self) -> Vec<PluginView>;
+}
+
+/// How far start-up has come; `/readyz` reports it.
+#[derive(Debug, Default)]
+pub struct Readiness {
+    /// The first discovery finished.
+    pub discovered: AtomicBool,
+    /// Every cluster overdue at start-up has been probed once (or had a persisted status).
+    pub caught_up: AtomicBool,
+}
+
+/// Everything the API needs, handed in.
+#[derive(Clone)]
+pub struct ApiState {
+    /// The database.
+    pub store: Store,
+    /// Probing on demand.
+    pub prober: Arc<dyn ProbeNow>,
+    /// The loaded plugins.
+    pub plugins: Arc<dyn PluginCatalog>,
+    /// Tokens.
+    pub access: Access,
+    /// Where a manually registered file reference may lie (DESIGN §3).
+    pub credential_roots: Arc<[PathBuf]>,
+    /// The global policy defaults, to show the policy in force.
+    pub defaults: HealthPolicy,
+    /// Start-up progress.
+    pub readiness: Arc<Readiness>,
+    /// Renders `/metrics`, when metrics are enabled.
+    pub metrics: Option<Arc<dyn MetricsRenderer>>,
+    /// Wakes the worker after a registration or a policy change.
+    pub wake: WorkerHandle,
+}
+
+/// Renders the Prometheus exposition.
+pub trait MetricsRenderer: Send + Sync + 'static {
+    /// The text to serve and its content type.
+    fn render<'a>(
+        &'a self,
+        store: &'a Store,
+    ) -> BoxFuture<'a, Result<(String, &'static str), crate::store::StoreError>>;
+}
+
+impl std::fmt::Debug for ApiState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiState")
+            .field("access", &self.access)
+            .field("credential_roots", &self.credential_roots)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<P: crate::worker::Prober> ProbeNow for crate::worker::OnDemand<P> {
+    fn probe_now<'a>(
+        &'a self,
+        cluster: &'a str,
+    ) -> BoxFuture<'a, Result<ProbeOutcome, ProbeNowError>> {
+        use crate::store::StoreError;
+        use crate::worker::OnDemandError;
+        Box::pin(async move {
+            match self.probe(cluster).await {
+                Ok(Some(outcome)) => Ok(outcome),
+                Ok(None) | Err(OnDemandError::Store(StoreError::NotFound { .. })) => {
+                    Err(ProbeNowError::NotFound(cluster.to_owned()))
+                }
+                Err(OnDemandError::InProgress(name)) => Err(ProbeNowError::InProgress(name)),
+                Err(OnDemandError::Store(error)) => Err(ProbeNowError::Store(error)),
+            }
+        })
+    }
+}
+
+impl MetricsRenderer for crate::metrics::Metrics {
+    fn render<'a>(
+        &'a self,
+        store: &'a Store,
+    ) -> BoxFuture<'a, Result<(String, &'static str), crate::store::StoreError>> {
+        Box::pin(async move {
+            let text = crate::metrics::Metrics::render(self, store).await?;
+            Ok((text, crate::metrics::CONTENT_TYPE))
+        })
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "vigil",
+        description = "Cluster health engine: clusters, their status and history, apps and deployments, plugins.",
+    ),
+    components(schemas(Problem)),
+    modifiers(&BearerAuth),
+    tags(
+        (name = "clusters", description = "Clusters, their status, policy and history"),
+        (name = "apps", description = "Apps and deployments"),
+        (name = "plugins", description = "Probe plugins"),
+        (name = "events", description = "The live stream of transitions and cascades"),
+        (name = "health", description = "vigil's own health"),
+    )
+)]
+struct ApiDoc;
+
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, openapi: &mut OpenApiDoc) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+/// The router and its OpenAPI document, built together.
+fn routes() -> (Router<ApiState>, OpenApiDoc) {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .merge(clusters::routes())
+        .merge(apps::routes())
+        .merge(plugins::routes())
+        .merge(events::routes())
+        .routes(utoipa_axum::routes!(healthz))
+        .routes(utoipa_axum::routes!(readyz))
+        .routes(utoipa_axum::routes!(metrics))
+        .routes(utoipa_axum::routes!(openapi_json))
+        .split_for_parts()
+}
+
+/// The OpenAPI document of the API, built once.
+pub fn openapi() -> &'static OpenApiDoc {
+    static DOC: OnceLock<OpenApiDoc> = OnceLock::new();
+    DOC.get_or_init(|| routes().1)
+}
+
+/// The whole HTTP application.
+pub fn app(state: ApiState) -> Router {
+    let (router, _) = routes();
+    router
+        .fallback(|| async { Problem::new(ProblemKind::NotFound, "no such route") })
+        .method_not_allowed_fallback(|| async {
+            Problem::new(
+                ProblemKind::InvalidRequest,
+                "this route does not accept that method",
+            )
+            .field("method")
+        })
+        .layer(middleware::from_fn_with_state(
+            state.access.clone(),
+            auth::authenticate,
+        ))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state)
+}
+
+/// vigil's liveness.
+#[derive(Debug, Serialize, ToSchema)]
+struct Health {
+    /// `ok`.
+    status: &'static str,
+}
+
+/// The process is alive.
+#[utoipa::path(get, path = "/healthz", tag = "health",
+    responses((status = 200, description = "Alive", body = Health)))]
+async fn healthz() -> Json<Health> {
+    Json(Health { status: "ok" })
+}
+
+/// vigil's readiness.
+#[derive(Debug, Serialize, ToSchema)]
+struct Ready {
+    /// Whether vigil is ready.
+    ready: bool,
+    /// The database answers.
+    database: bool,
+    /// The first discovery finished.
+    discovered: bool,
+    /// The clusters overdue at start-up have been probed.
+    caught_up: bool,
+    /// Whether the mass-failure brake holds.
+    brake_holding: bool,
+}
+
+/// Ready when the database answers, discovery has run, and the clusters overdue at
+/// start-up have been probed. Reports the brake.
+#[utoipa::path(get, path = "/readyz", tag = "health",
+    responses(
+        (status = 200, description = "Ready", body = Ready),
+        (status = 503, description = "Not ready yet", body = Ready),
+    ))]
+async fn readyz(State(state): State<ApiState>) -> Response {
+    let brake = state.store.brake_state().await;
+    let ready = Ready {
+        database: brake.is_ok(),
+        discovered: state.readiness.discovered.load(Ordering::Acquire),
+        caught_up: state.readiness.caught_up.load(Ordering::Acquire),
+        brake_holding: brake.is_ok_and(|b| b.verdict.holds()),
+        ready: false,
+    };
+    let ready = Ready {
+        ready: ready.database && ready.discovered && ready.caught_up,
+        ..ready
+    };
+    let status = if ready.ready {
+        axum::http::StatusCode::OK
+    } else {
+        axum::http::StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(ready)).into_response()
+}
+
+/// This document: the OpenAPI description of every route, generated from the code.
+#[utoipa::path(get, path = "/openapi.json", tag = "health",
+    responses((status = 200, description = "The OpenAPI document", content_type = "application/json", body = Object)))]
+async fn openapi_json() -> Json<&'static OpenApiDoc> {
+    Json(openapi())
+}
+
+/// Prometheus metrics (text exposition format 0.0.4): clusters by status and condition,
+/// probe durations by plugin and outcome, failures by reason class, transitions,
+/// cascades, the brake, plugin faults, scheduling ticks. No per-cluster label unless
+/// `VIGIL_METRICS_PER_CLUSTER=true`.
+#[utoipa::path(get, path = "/metrics", tag = "health",
+    responses(
+        (status = 200, description = "The metrics", content_type = "text/plain", body = String),
+        (status = 404, description = "Metrics are not enabled", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn metrics(State(state): State<ApiState>) -> Response {
+    let Some(renderer) = &state.metrics else {
+        return Problem::new(ProblemKind::NotFound, "metrics are not enabled").into_response();
+    };
+    match renderer.render(&state.store).await {
+        Ok((text, content_type)) => {
+            ([(axum::http::header::CONTENT_TYPE, content_type)], text).into_response()
+        }
+        Err(error) => Problem::internal("rendering the metrics", &error).into_response(),
+    }
+}

@@ -1,0 +1,530 @@
+//! `/api/v1/clusters`: list, get, register, update, delete, probe now, history.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use axum::Extension;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Deserializer, Serialize};
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+use vigil_decision::{ClusterStatus, ConditionType, ProbeOutcome};
+
+use super::auth::Caller;
+use super::extract::{ApiJson, ApiPath, ApiQuery};
+use super::problem::{Problem, ProblemKind};
+use super::views::{ClusterPage, ClusterView, EventPage, EventView, PolicyBody};
+use super::{ApiState, MAX_PAGE, ProbeNowError};
+use crate::reference::{Reference, lies_under};
+use crate::store::{ClusterFilter, ClusterPatch, ClusterSource, NewCluster};
+use crate::worker::wall_clock;
+
+pub(super) fn routes() -> OpenApiRouter<ApiState> {
+    OpenApiRouter::new()
+        .routes(routes!(list_clusters, register_cluster))
+        .routes(routes!(get_cluster, update_cluster, delete_cluster))
+        .routes(routes!(probe_cluster))
+        .routes(routes!(cluster_history))
+}
+
+/// The longest cluster name, label key or value accepted.
+const MAX_NAME: usize = 253;
+
+/// Checks a name used in paths: 1–253 characters, no `/`, no white space or control.
+pub(super) fn check_name(field: &str, name: &str) -> Result<(), Problem> {
+    if name.is_empty() || name.len() > MAX_NAME {
+        return Err(Problem::invalid(
+            field,
+            format!("{field} must have 1 to {MAX_NAME} characters"),
+        ));
+    }
+    if name
+        .chars()
+        .any(|c| c == '/' || c.is_whitespace() || c.is_control())
+    {
+        return Err(Problem::invalid(
+            field,
+            format!("{field} must not contain '/', white space or control characters"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_labels(field: &str, labels: &BTreeMap<String, String>) -> Result<(), Problem> {
+    for (key, value) in labels {
+        if key.is_empty() || key.len() > MAX_NAME || value.len() > MAX_NAME {
+            return Err(Problem::invalid(
+                format!("{field}.{key}"),
+                format!(
+                    "label keys must have 1 to {MAX_NAME} characters and values at most {MAX_NAME}"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn check_endpoint(endpoint: &str) -> Result<(), Problem> {
+    let uri: axum::http::Uri = endpoint
+        .parse()
+        .map_err(|e| Problem::invalid("body.endpoint", format!("not a URL: {e}")))?;
+    match (uri.scheme_str(), uri.host()) {
+        (Some("https" | "http"), Some(host)) if !host.is_empty() => Ok(()),
+        _ => Err(Problem::invalid(
+            "body.endpoint",
+            "the endpoint must be an http(s) URL with a host, e.g. https://10.0.0.1:6443",
+        )),
+    }
+}
+
+/// A file reference or a `file:///` parameter must lie under the credential roots.
+fn check_reference(state: &ApiState, field: &str, text: &str) -> Result<(), Problem> {
+    let reference = Reference::parse(text)
+        .map_err(|e| Problem::invalid(field, format!("invalid reference: {e}")))?;
+    if let Reference::File { path, .. } = &reference
+        && !lies_under(Path::new(path), &state.credential_roots)
+    {
+        return Err(Problem::new(
+            ProblemKind::ReferenceNotAllowed,
+            "a kubeconfig file reference must lie under KUBECONFIG_PATH's files, KUBECONFIG_DIR or VIGIL_CREDENTIAL_DIRS",
+        )
+        .field(field));
+    }
+    Ok(())
+}
+
+fn check_parameters(
+    state: &ApiState,
+    parameters: &BTreeMap<String, String>,
+) -> Result<(), Problem> {
+    for (name, value) in parameters {
+        let field = format!("body.parameters.{name}");
+        if name.is_empty() || name.len() > MAX_NAME {
+            return Err(Problem::invalid(
+                field,
+                "parameter names must have 1 to 253 characters",
+            ));
+        }
+        if let Some(path) = value.strip_prefix("file://") {
+            if !path.starts_with('/') || !lies_under(Path::new(path), &state.credential_roots) {
+                return Err(Problem::new(
+                    ProblemKind::ReferenceNotAllowed,
+                    "a file:/// parameter must be an absolute path under KUBECONFIG_PATH's files, KUBECONFIG_DIR or VIGIL_CREDENTIAL_DIRS",
+                )
+                .field(field));
+            }
+        } else if value.starts_with("secret://") {
+            Reference::parse(value).map_err(|e| {
+                Problem::invalid(field, format!("invalid secret:// reference: {e}"))
+            })?;
+        }
+    }
+    Ok(())
+}
+
+fn check_plugin(state: &ApiState, plugin: Option<&str>) -> Result<(), Problem> {
+    if let Some(plugin) = plugin
+        && !state.plugins.plugins().iter().any(|p| p.name == plugin)
+    {
+        return Err(Problem::invalid(
+            "body.plugin",
+            format!("no plugin named `{plugin}` is loaded"),
+        ));
+    }
+    Ok(())
+}
+
+/// Filters and paging of the cluster list.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+struct ListQuery {
+    /// `ONLINE`, `OFFLINE` or `UNKNOWN`.
+    status: Option<String>,
+    /// A condition type the cluster has.
+    condition: Option<String>,
+    /// `discovered` or `manual`.
+    source: Option<String>,
+    /// A label, `KEY=VALUE`.
+    label: Option<String>,
+    /// The plugin chosen for the cluster.
+    plugin: Option<String>,
+    /// Page size, 1–1000 (default 100).
+    limit: Option<u32>,
+    /// The `next` value of the previous page.
+    after: Option<String>,
+}
+
+impl ListQuery {
+    fn filter(&self) -> Result<ClusterFilter, Problem> {
+        let status = self
+            .status
+            .as_deref()
+            .map(|s| {
+                s.parse::<ClusterStatus>()
+                    .map_err(|e| Problem::invalid("query.status", e.to_string()))
+            })
+            .transpose()?;
+        let condition = self
+            .condition
+            .as_deref()
+            .map(|s| {
+                s.parse::<ConditionType>()
+                    .map_err(|e| Problem::invalid("query.condition", e.to_string()))
+            })
+            .transpose()?;
+        let source = match self.source.as_deref() {
+            None => None,
+            Some("discovered") => Some(ClusterSource::Discovered),
+            Some("manual") => Some(ClusterSource::Manual),
+            Some(other) => {
+                return Err(Problem::invalid(
+                    "query.source",
+                    format!("unknown source `{other}`: expected discovered or manual"),
+                ));
+            }
+        };
+        let label = self
+            .label
+            .as_deref()
+            .map(|l| {
+                l.split_once('=')
+                    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                    .ok_or_else(|| Problem::invalid("query.label", "expected KEY=VALUE"))
+            })
+            .transpose()?;
+        Ok(ClusterFilter {
+            status,
+            condition,
+            source,
+            label,
+            plugin: self.plugin.clone(),
+        })
+    }
+}
+
+fn page_size(limit: Option<u32>, field: &str) -> Result<u32, Problem> {
+    match limit {
+        None => Ok(100),
+        Some(n) if (1..=MAX_PAGE).contains(&n) => Ok(n),
+        Some(n) => Err(Problem::invalid(
+            field,
+            format!("limit must be between 1 and {MAX_PAGE}, not {n}"),
+        )),
+    }
+}
+
+/// Lists clusters, by name, filtered and paged.
+#[utoipa::path(get, path = "/api/v1/clusters", tag = "clusters", params(ListQuery),
+    responses(
+        (status = 200, description = "A page of clusters", body = ClusterPage),
+        (status = 400, description = "Invalid filter", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn list_clusters(
+    State(state): State<ApiState>,
+    ApiQuery(query): ApiQuery<ListQuery>,
+) -> Result<axum::Json<ClusterPage>, Problem> {
+    let filter = query.filter()?;
+    let limit = page_size(query.limit, "query.limit")?;
+    let records = state
+        .store
+        .list_clusters(&filter, query.after.as_deref(), limit + 1)
+        .await?;
+    let more = records.len() > limit as usize;
+    let items: Vec<ClusterView> = records
+        .iter()
+        .take(limit as usize)
+        .map(|r| ClusterView::new(r, state.defaults))
+        .collect();
+    let next = more.then(|| items.last().map(|c| c.name.clone())).flatten();
+    Ok(axum::Json(ClusterPage { items, next }))
+}
+
+/// A cluster to register by hand.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+struct RegisterCluster {
+    /// Its unique name.
+    name: String,
+    /// The API server address, e.g. `https://10.0.0.1:6443`.
+    endpoint: String,
+    /// The reference to its credentials: `/ABS/PATH#CONTEXT` (under the allowed
+    /// directories), `secret://NAMESPACE/NAME?key=KEY&context=CONTEXT` or `https://…`.
+    kubeconfig_secret_ref: String,
+    /// The plugin to probe it with; default: routing by priority.
+    #[serde(default)]
+    plugin: Option<String>,
+    /// Plugin parameters; credential values as `secret://…?key=…` or `file:///…` references.
+    #[serde(default)]
+    parameters: BTreeMap<String, String>,
+    /// Labels.
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+    /// Policy overrides.
+    #[serde(default)]
+    policy: PolicyBody,
+}
+
+/// Registers a cluster by hand. It is UNKNOWN until its first conclusive probe.
+#[utoipa::path(post, path = "/api/v1/clusters", tag = "clusters", request_body = RegisterCluster,
+    security(("bearer" = [])),
+    responses(
+        (status = 201, description = "Registered", body = ClusterView),
+        (status = 400, description = "Invalid body or reference not allowed", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No valid token", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The name is taken", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn register_cluster(
+    State(state): State<ApiState>,
+    Extension(caller): Extension<Caller>,
+    ApiJson(body): ApiJson<RegisterCluster>,
+) -> Result<Response, Problem> {
+    check_name("body.name", &body.name)?;
+    check_endpoint(&body.endpoint)?;
+    check_reference(
+        &state,
+        "body.kubeconfig_secret_ref",
+        &body.kubeconfig_secret_ref,
+    )?;
+    check_plugin(&state, body.plugin.as_deref())?;
+    check_parameters(&state, &body.parameters)?;
+    check_labels("body.labels", &body.labels)?;
+    let policy = body
+        .policy
+        .overrides("body.policy")
+        .map_err(|(field, detail)| Problem::invalid(field, detail))?;
+    let cluster = NewCluster {
+        name: body.name,
+        endpoint: body.endpoint,
+        reference: body.kubeconfig_secret_ref,
+        plugin: body.plugin,
+        parameters: body.parameters,
+        labels: body.labels,
+        policy,
+    };
+    state
+        .store
+        .register(&cluster, Some(caller.actor()), wall_clock())
+        .await?;
+    state.wake.wake();
+    let record = state.store.cluster(&cluster.name).await?;
+    Ok((
+        StatusCode::CREATED,
+        axum::Json(ClusterView::new(&record, state.defaults)),
+    )
+        .into_response())
+}
+
+/// The `name` path parameter.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+struct ClusterName {
+    /// The cluster's name.
+    name: String,
+}
+
+/// A cluster: status, conditions, reason and its class, counters, times, plugin, policy.
+#[utoipa::path(get, path = "/api/v1/clusters/{name}", tag = "clusters", params(ClusterName),
+    responses(
+        (status = 200, description = "The cluster", body = ClusterView),
+        (status = 404, description = "No such cluster", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn get_cluster(
+    State(state): State<ApiState>,
+    ApiPath(ClusterName { name }): ApiPath<ClusterName>,
+) -> Result<axum::Json<ClusterView>, Problem> {
+    let record = state.store.cluster(&name).await?;
+    if record.ignored {
+        return Err(Problem::new(
+            ProblemKind::NotFound,
+            format!("cluster `{name}` does not exist"),
+        ));
+    }
+    Ok(axum::Json(ClusterView::new(&record, state.defaults)))
+}
+
+/// A change to a cluster: each field given replaces the stored one.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+struct UpdateCluster {
+    /// New policy overrides (replaces all of them).
+    #[serde(default)]
+    policy: Option<PolicyBody>,
+    /// New labels (replaces all of them).
+    #[serde(default)]
+    labels: Option<BTreeMap<String, String>>,
+    /// New plugin parameters (replaces all of them).
+    #[serde(default)]
+    parameters: Option<BTreeMap<String, String>>,
+    /// The plugin; `null` returns the cluster to routing by priority.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(nullable)]
+    plugin: Option<Option<String>>,
+}
+
+/// A field that is present (possibly `null`) is `Some`; an absent one stays `None`.
+fn present<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Option<String>>, D::Error> {
+    Option::<String>::deserialize(deserializer).map(Some)
+}
+
+/// Changes a cluster's policy, labels, parameters or plugin.
+#[utoipa::path(patch, path = "/api/v1/clusters/{name}", tag = "clusters", params(ClusterName),
+    request_body = UpdateCluster, security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Updated", body = ClusterView),
+        (status = 400, description = "Invalid body", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No valid token", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such cluster", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn update_cluster(
+    State(state): State<ApiState>,
+    Extension(caller): Extension<Caller>,
+    ApiPath(ClusterName { name }): ApiPath<ClusterName>,
+    ApiJson(body): ApiJson<UpdateCluster>,
+) -> Result<axum::Json<ClusterView>, Problem> {
+    if let Some(Some(plugin)) = &body.plugin {
+        check_plugin(&state, Some(plugin))?;
+    }
+    if let Some(parameters) = &body.parameters {
+        check_parameters(&state, parameters)?;
+    }
+    if let Some(labels) = &body.labels {
+        check_labels("body.labels", labels)?;
+    }
+    let policy = body
+        .policy
+        .map(|p| p.overrides("body.policy"))
+        .transpose()
+        .map_err(|(field, detail)| Problem::invalid(field, detail))?;
+    let patch = ClusterPatch {
+        policy,
+        labels: body.labels,
+        parameters: body.parameters,
+        plugin: body.plugin,
+    };
+    let record = state
+        .store
+        .update_cluster(&name, &patch, Some(caller.actor()), wall_clock())
+        .await?;
+    state.wake.wake();
+    Ok(axum::Json(ClusterView::new(&record, state.defaults)))
+}
+
+/// Deletes a cluster; refused (409) while apps remain on it. A discovered cluster is
+/// remembered as ignored, so discovery does not add it back until it is registered again.
+#[utoipa::path(delete, path = "/api/v1/clusters/{name}", tag = "clusters", params(ClusterName),
+    security(("bearer" = [])),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 401, description = "No valid token", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such cluster", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Apps remain on it", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn delete_cluster(
+    State(state): State<ApiState>,
+    Extension(caller): Extension<Caller>,
+    ApiPath(ClusterName { name }): ApiPath<ClusterName>,
+) -> Result<StatusCode, Problem> {
+    state
+        .store
+        .delete_cluster(&name, Some(caller.actor()), wall_clock())
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The outcome of one probe.
+#[derive(Debug, Serialize, ToSchema)]
+struct ProbeResult {
+    /// `healthy`, `unhealthy`, `credentials-rejected`, `not-probeable` or `inconclusive`.
+    outcome: String,
+    /// The reason class, for every outcome but `healthy`.
+    reason_class: Option<String>,
+    /// The explanation, for every outcome but `healthy`.
+    message: Option<String>,
+    /// The cluster after the outcome was applied.
+    cluster: ClusterView,
+}
+
+/// Probes the cluster once, now, and applies the outcome under the worker's rules
+/// (the same timeout, transaction and failure spacing). Refused (409) while a probe of
+/// it is running.
+#[utoipa::path(post, path = "/api/v1/clusters/{name}/probe", tag = "clusters", params(ClusterName),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The outcome, applied", body = ProbeResult),
+        (status = 401, description = "No valid token", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such cluster", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "A probe is already running", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn probe_cluster(
+    State(state): State<ApiState>,
+    ApiPath(ClusterName { name }): ApiPath<ClusterName>,
+) -> Result<axum::Json<ProbeResult>, Problem> {
+    let outcome = state
+        .prober
+        .probe_now(&name)
+        .await
+        .map_err(|error| match error {
+            ProbeNowError::NotFound(_) => Problem::new(ProblemKind::NotFound, error.to_string()),
+            ProbeNowError::InProgress(_) => {
+                Problem::new(ProblemKind::ProbeInProgress, error.to_string())
+            }
+            ProbeNowError::Store(error) => error.into(),
+        })?;
+    let record = state.store.cluster(&name).await?;
+    let (reason_class, message) = match &outcome {
+        ProbeOutcome::Healthy => (None, None),
+        other => (
+            other.class().map(|c| c.as_str().to_owned()),
+            other.message().map(str::to_owned),
+        ),
+    };
+    Ok(axum::Json(ProbeResult {
+        outcome: outcome.label().to_owned(),
+        reason_class,
+        message,
+        cluster: ClusterView::new(&record, state.defaults),
+    }))
+}
+
+/// Paging of the history.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+struct HistoryQuery {
+    /// Page size, 1–1000 (default 100).
+    limit: Option<u32>,
+    /// The `next` value of the previous page.
+    before: Option<i64>,
+}
+
+/// The cluster's history, newest first: transitions, conditions, counted failures,
+/// cascades and the changes made through the API (with the caller's token name).
+#[utoipa::path(get, path = "/api/v1/clusters/{name}/history", tag = "clusters",
+    params(ClusterName, HistoryQuery),
+    responses(
+        (status = 200, description = "A page of history", body = EventPage),
+        (status = 404, description = "No such cluster", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn cluster_history(
+    State(state): State<ApiState>,
+    ApiPath(ClusterName { name }): ApiPath<ClusterName>,
+    ApiQuery(query): ApiQuery<HistoryQuery>,
+) -> Result<axum::Json<EventPage>, Problem> {
+    let limit = page_size(query.limit, "query.limit")?;
+    let events = state
+        .store
+        .cluster_history(&name, query.before, limit + 1)
+        .await?;
+    let more = events.len() > limit as usize;
+    let items: Vec<EventView> = events
+        .iter()
+        .take(limit as usize)
+        .map(EventView::from)
+        .collect();
+    let next = more.then(|| items.last().map(|e| e.id)).flatten();
+    Ok(axum::Json(EventPage { items, next }))
+}

@@ -1,0 +1,358 @@
+//! The API's JSON shapes. The decision crate's types stay free of HTTP concerns; these
+//! mirror them with schemas and convert.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use vigil_decision::{Condition, HealthPolicy, PolicyOverrides, Timestamp};
+
+use crate::store::{AppRecord, ClusterRecord, EventRecord};
+
+/// A time as RFC 3339 (UTC, milliseconds).
+pub fn rfc3339(at: Timestamp) -> String {
+    let millis = u64::try_from(at.0).unwrap_or(0);
+    humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(millis)).to_string()
+}
+
+/// What a parameter value that is a credential reference is shown as: the reference
+/// itself is never returned (DESIGN §3).
+pub const HIDDEN_REFERENCE: &str = "(credential reference)";
+
+/// Whether a parameter value is a credential reference.
+pub fn is_credential_reference(value: &str) -> bool {
+    value.starts_with("secret://") || value.starts_with("file://")
+}
+
+/// A condition on a cluster.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ConditionView {
+    /// `reference-broken`, `not-probeable`, `credentials-rejected`, `probe-stale`,
+    /// `probing-disabled` or `drain-blocked`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// A short machine-readable reason, usually a reason class.
+    pub reason: String,
+    /// A human-readable explanation.
+    pub message: String,
+    /// Since when (RFC 3339).
+    pub since: String,
+}
+
+impl From<&Condition> for ConditionView {
+    fn from(condition: &Condition) -> Self {
+        Self {
+            kind: condition.kind.as_str().to_owned(),
+            reason: condition.reason.clone(),
+            message: condition.message.clone(),
+            since: rfc3339(condition.since),
+        }
+    }
+}
+
+/// Per-cluster overrides of the global policy; an absent field keeps the default.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyBody {
+    /// Seconds between two probes (1–86400).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 86400)]
+    pub interval_seconds: Option<u32>,
+    /// Seconds a probe may take (1–3600).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 3600)]
+    pub timeout_seconds: Option<u32>,
+    /// Consecutive counted failures that confirm an outage (1–1000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 1000)]
+    pub failure_threshold: Option<u32>,
+    /// Consecutive healthy probes that end an outage (1–1000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 1000)]
+    pub success_threshold: Option<u32>,
+    /// Seconds after registration during which failures are not counted (0–86400).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0, maximum = 86400)]
+    pub start_period_seconds: Option<u32>,
+    /// Whether 401/403 count as failures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count_auth_failures: Option<bool>,
+    /// Whether probing is disabled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disabled: Option<bool>,
+}
+
+impl PolicyBody {
+    /// The overrides, or the name and reason of the first value out of range.
+    pub fn overrides(self, prefix: &str) -> Result<PolicyOverrides, (String, String)> {
+        let check = |name: &str, value: Option<u32>, min: u32, max: u32| match value {
+            Some(v) if v < min || v > max => Err((
+                format!("{prefix}.{name}"),
+                format!("{name} must be between {min} and {max}, not {v}"),
+            )),
+            _ => Ok(()),
+        };
+        check("interval_seconds", self.interval_seconds, 1, 86_400)?;
+        check("timeout_seconds", self.timeout_seconds, 1, 3_600)?;
+        check("failure_threshold", self.failure_threshold, 1, 1_000)?;
+        check("success_threshold", self.success_threshold, 1, 1_000)?;
+        check("start_period_seconds", self.start_period_seconds, 0, 86_400)?;
+        Ok(PolicyOverrides {
+            interval_seconds: self.interval_seconds,
+            timeout_seconds: self.timeout_seconds,
+            failure_threshold: self.failure_threshold,
+            success_threshold: self.success_threshold,
+            start_period_seconds: self.start_period_seconds,
+            count_auth_failures: self.count_auth_failures,
+            disabled: self.disabled,
+        })
+    }
+}
+
+impl From<PolicyOverrides> for PolicyBody {
+    fn from(o: PolicyOverrides) -> Self {
+        Self {
+            interval_seconds: o.interval_seconds,
+            timeout_seconds: o.timeout_seconds,
+            failure_threshold: o.failure_threshold,
+            success_threshold: o.success_threshold,
+            start_period_seconds: o.start_period_seconds,
+            count_auth_failures: o.count_auth_failures,
+            disabled: o.disabled,
+        }
+    }
+}
+
+/// The policy in force: the global defaults with the cluster's overrides.
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+pub struct PolicyView {
+    /// Seconds between two probes.
+    pub interval_seconds: u32,
+    /// Seconds a probe may take.
+    pub timeout_seconds: u32,
+    /// Consecutive counted failures that confirm an outage.
+    pub failure_threshold: u32,
+    /// Consecutive healthy probes that end an outage.
+    pub success_threshold: u32,
+    /// Seconds after registration during which failures are not counted.
+    pub start_period_seconds: u32,
+    /// Whether 401/403 count as failures.
+    pub count_auth_failures: bool,
+    /// Whether probing is disabled.
+    pub disabled: bool,
+}
+
+impl From<HealthPolicy> for PolicyView {
+    fn from(p: HealthPolicy) -> Self {
+        Self {
+            interval_seconds: p.interval_seconds,
+            timeout_seconds: p.timeout_seconds,
+            failure_threshold: p.failure_threshold,
+            success_threshold: p.success_threshold,
+            start_period_seconds: p.start_period_seconds,
+            count_auth_failures: p.count_auth_failures,
+            disabled: p.disabled,
+        }
+    }
+}
+
+/// The probe counters of a cluster.
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+pub struct CountersView {
+    /// Consecutive counted failures since the last healthy probe.
+    pub consecutive_failures: u32,
+    /// Consecutive healthy probes while OFFLINE.
+    pub consecutive_successes: u32,
+    /// Consecutive inconclusive probes.
+    pub consecutive_inconclusive: u32,
+}
+
+/// A cluster.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ClusterView {
+    /// Its unique name.
+    pub name: String,
+    /// The API server address.
+    pub endpoint: String,
+    /// The reference to its credentials: a path, `secret://…` or `http(s)://…` — never
+    /// credential material.
+    pub reference: String,
+    /// `discovered` or `manual`.
+    pub source: String,
+    /// `ONLINE`, `OFFLINE` or `UNKNOWN`.
+    pub status: String,
+    /// Current conditions.
+    pub conditions: Vec<ConditionView>,
+    /// The label of the last outcome (`healthy`, `unhealthy`, `credentials-rejected`,
+    /// `not-probeable`, `inconclusive`).
+    pub last_outcome: Option<String>,
+    /// The explanation of the last non-healthy outcome.
+    pub reason: Option<String>,
+    /// Its reason class (DESIGN §6).
+    pub reason_class: Option<String>,
+    /// Probe counters.
+    pub counters: CountersView,
+    /// When it was last probed (RFC 3339).
+    pub last_probe: Option<String>,
+    /// When it last answered healthy (RFC 3339).
+    pub last_success: Option<String>,
+    /// When it is next due (RFC 3339).
+    pub next_due: String,
+    /// The plugin chosen for it; absent when routed by priority.
+    pub plugin: Option<String>,
+    /// The policy in force.
+    pub policy: PolicyView,
+    /// Its own overrides.
+    pub policy_overrides: PolicyBody,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// Plugin parameters; credential references are shown as `(credential reference)`.
+    pub parameters: BTreeMap<String, String>,
+}
+
+impl ClusterView {
+    /// The view of `record` under the global `defaults`.
+    pub fn new(record: &ClusterRecord, defaults: HealthPolicy) -> Self {
+        let health = &record.health;
+        Self {
+            name: record.name.clone(),
+            endpoint: record.endpoint.clone(),
+            reference: record.kubeconfig_secret_ref.clone(),
+            source: serde_json::to_value(record.source)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default(),
+            status: health.status.as_str().to_owned(),
+            conditions: health.conditions.iter().map(ConditionView::from).collect(),
+            last_outcome: record.last_outcome.clone(),
+            reason: record.last_reason.clone(),
+            reason_class: record.last_reason_class.clone(),
+            counters: CountersView {
+                consecutive_failures: health.consecutive_failures,
+                consecutive_successes: health.consecutive_successes,
+                consecutive_inconclusive: health.consecutive_inconclusive,
+            },
+            last_probe: health.last_probe.map(rfc3339),
+            last_success: health.last_success.map(rfc3339),
+            next_due: rfc3339(record.next_due),
+            plugin: record.plugin.clone(),
+            policy: defaults.with_overrides(&record.policy).into(),
+            policy_overrides: record.policy.into(),
+            labels: record.labels.clone(),
+            parameters: record
+                .parameters
+                .iter()
+                .map(|(k, v)| {
+                    let shown = if is_credential_reference(v) {
+                        HIDDEN_REFERENCE.to_owned()
+                    } else {
+                        v.clone()
+                    };
+                    (k.clone(), shown)
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A page of clusters.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ClusterPage {
+    /// The clusters, by name.
+    pub items: Vec<ClusterView>,
+    /// Pass as `after` for the next page; absent on the last page.
+    pub next: Option<String>,
+}
+
+/// One entry of the history.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct EventView {
+    /// Its id, increasing.
+    pub id: i64,
+    /// When (RFC 3339).
+    pub at: String,
+    /// Its kind (`status-changed`, `apps-degraded`, `apps-restored`, `cluster-updated`, …).
+    pub kind: String,
+    /// The cluster concerned.
+    pub cluster: Option<String>,
+    /// The outage concerned.
+    pub outage: Option<i64>,
+    /// Its details.
+    #[schema(value_type = Object)]
+    pub detail: serde_json::Value,
+    /// Who caused it: the API token's name, for mutations.
+    pub actor: Option<String>,
+}
+
+impl From<&EventRecord> for EventView {
+    fn from(event: &EventRecord) -> Self {
+        Self {
+            id: event.id,
+            at: rfc3339(Timestamp(event.at)),
+            kind: event.kind.clone(),
+            cluster: event.cluster_name.clone(),
+            outage: event.outage_id,
+            detail: serde_json::from_str(&event.detail).unwrap_or(serde_json::Value::Null),
+            actor: event.actor.clone(),
+        }
+    }
+}
+
+/// A page of history, newest first.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct EventPage {
+    /// The events.
+    pub items: Vec<EventView>,
+    /// Pass as `before` for the next (older) page; absent on the last page.
+    pub next: Option<i64>,
+}
+
+/// An app.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct AppView {
+    /// Its unique name.
+    pub name: String,
+    /// The cluster it is deployed on.
+    pub cluster: String,
+    /// `PENDING`, `DEPLOYED`, `DEGRADED` or `FAILED`.
+    pub status: String,
+    /// The outage that degraded it, while the marker is set (recovery restores it).
+    pub degraded_by_outage: Option<i64>,
+}
+
+impl From<&AppRecord> for AppView {
+    fn from(app: &AppRecord) -> Self {
+        Self {
+            name: app.name.clone(),
+            cluster: app.cluster.clone(),
+            status: app.status.as_str().to_owned(),
+            degraded_by_outage: app.degraded_by.map(|o| o.0),
+        }
+    }
+}
+
+/// A loaded plugin.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct PluginView {
+    /// Its name in vigil (the file name without `.wasm`).
+    pub name: String,
+    /// The name it gives itself.
+    pub self_name: String,
+    /// Its version.
+    pub version: String,
+    /// The contract it targets, e.g. `vigil:plugin@0.1.0`.
+    pub package: String,
+    /// SHA-256 of the file, hex.
+    pub hash: Option<String>,
+    /// The reference schemes it handles.
+    pub schemes: Vec<String>,
+    /// Its routing priority.
+    pub priority: i32,
+    /// The capabilities granted in its `NAME.toml`.
+    pub grants: Vec<String>,
+    /// Probe calls made.
+    pub probes: u64,
+    /// Probe calls that ended inconclusive through its fault.
+    pub faults: u64,
+}

@@ -1,0 +1,569 @@
+//! What operators and the platform change through the API: clusters registered, updated
+//! and deleted by hand, apps, deployments — each change in one transaction with its
+//! history event, which names the caller. Guards (R6) are checked inside the writing
+//! transaction.
+
+use std::collections::BTreeMap;
+
+use vigil_decision::{
+    AppStatus, ClusterId, ClusterStatus, ConditionType, PolicyOverrides, Timestamp,
+};
+
+use super::{
+    APP_SELECT, AppRecord, AppRow, CLUSTER_COLUMNS, ClusterRecord, ClusterRow, ClusterSource,
+    EventRecord, Store, StoreError, cluster_id_by_name, guarded_cluster, insert_event, not_found,
+    query_error,
+};
+
+/// A cluster registered by hand.
+#[derive(Debug, Clone, Default)]
+pub struct NewCluster {
+    /// Its unique name.
+    pub name: String,
+    /// The API server address.
+    pub endpoint: String,
+    /// The reference to its credentials (DESIGN §3), already checked by the caller.
+    pub reference: String,
+    /// The plugin chosen for it, if any.
+    pub plugin: Option<String>,
+    /// Plugin parameters; credential values are references.
+    pub parameters: BTreeMap<String, String>,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// Policy overrides.
+    pub policy: PolicyOverrides,
+}
+
+/// A change to a cluster: each `Some` field replaces the stored one.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterPatch {
+    /// New policy overrides.
+    pub policy: Option<PolicyOverrides>,
+    /// New labels.
+    pub labels: Option<BTreeMap<String, String>>,
+    /// New plugin parameters.
+    pub parameters: Option<BTreeMap<String, String>>,
+    /// The plugin: `Some(None)` returns the cluster to routing by priority.
+    pub plugin: Option<Option<String>>,
+}
+
+/// Which clusters a list returns. Every `Some` field must match.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterFilter {
+    /// The status.
+    pub status: Option<ClusterStatus>,
+    /// A condition the cluster has.
+    pub condition: Option<ConditionType>,
+    /// Where it comes from.
+    pub source: Option<ClusterSource>,
+    /// A label it carries, `(key, value)`.
+    pub label: Option<(String, String)>,
+    /// The plugin chosen for it.
+    pub plugin: Option<String>,
+}
+
+fn to_json<T: serde::Serialize>(what: &'static str, value: &T) -> Result<String, StoreError> {
+    serde_json::to_string(value).map_err(|e| StoreError::Corrupt {
+        what,
+        reason: e.to_string(),
+    })
+}
+
+impl Store {
+    /// Registers a cluster by hand. A discovered cluster that was deleted (and so is
+    /// remembered as ignored) is registered again under the same name, now manual.
+    pub async fn register(
+        &self,
+        cluster: &NewCluster,
+        actor: Option<&str>,
+        now: Timestamp,
+    ) -> Result<ClusterId, StoreError> {
+        let policy = to_json("policy", &cluster.policy)?;
+        let labels = to_json("labels", &cluster.labels)?;
+        let parameters = to_json("plugin parameters", &cluster.parameters)?;
+        let mut tx = self.begin_write().await?;
+        let existing: Option<(i64, bool)> =
+            sqlx::query_as("SELECT id, ignored FROM clusters WHERE name = ?")
+                .bind(&cluster.name)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(query_error("checking a cluster name"))?;
+        let id: i64 = match existing {
+            Some((_, false)) => {
+                return Err(StoreError::AlreadyExists {
+                    kind: "cluster",
+                    name: cluster.name.clone(),
+                });
+            }
+            Some((id, true)) => {
+                sqlx::query(
+                    "UPDATE clusters SET endpoint = ?, kubeconfig_secret_ref = ?, source = 'manual', \
+                     ignored = 0, plugin = ?, plugin_parameters = ?, labels = ?, policy = ?, \
+                     next_due = ?, updated_at = ? WHERE id = ?",
+                )
+                .bind(&cluster.endpoint)
+                .bind(&cluster.reference)
+                .bind(&cluster.plugin)
+                .bind(&parameters)
+                .bind(&labels)
+                .bind(&policy)
+                .bind(now.0)
+                .bind(now.0)
+                .bind(id)
+                .execute(&mut *tx)
+                .await
+                .map_err(query_error("registering a cluster again"))?;
+                id
+            }
+            None => sqlx::query_scalar(
+                "INSERT INTO clusters (name, endpoint, kubeconfig_secret_ref, source, plugin, \
+                 plugin_parameters, labels, policy, next_due, first_seen, updated_at) \
+                 VALUES (?, ?, ?, 'manual', ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+            )
+            .bind(&cluster.name)
+            .bind(&cluster.endpoint)
+            .bind(&cluster.reference)
+            .bind(&cluster.plugin)
+            .bind(&parameters)
+            .bind(&labels)
+            .bind(&policy)
+            .bind(now.0)
+            .bind(now.0)
+            .bind(now.0)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(query_error("registering a cluster"))?,
+        };
+        insert_event(
+            &mut tx,
+            now,
+            Some((id, &cluster.name)),
+            None,
+            "cluster-registered",
+            &serde_json::json!({
+                "endpoint": cluster.endpoint,
+                "reference": cluster.reference,
+                "plugin": cluster.plugin,
+            }),
+            actor,
+        )
+        .await?;
+        tx.commit()
+            .await
+            .map_err(query_error("committing a registration"))?;
+        Ok(ClusterId(id))
+    }
+
+    /// Changes a cluster's policy, labels, parameters or plugin. The history records
+    /// which fields changed, never parameter values (they may be credential references).
+    pub async fn update_cluster(
+        &self,
+        name: &str,
+        patch: &ClusterPatch,
+        actor: Option<&str>,
+        now: Timestamp,
+    ) -> Result<ClusterRecord, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let id = cluster_id_by_name(&mut tx, name).await?.0;
+        let mut changed = Vec::new();
+        if let Some(policy) = &patch.policy {
+            sqlx::query("UPDATE clusters SET policy = ? WHERE id = ?")
+                .bind(to_json("policy", policy)?)
+                .bind(id)
+                .execute(&mut *tx)
+                .await
+                .map_err(query_error("updating a cluster's policy"))?;
+            changed.push("policy");
+        }
+        if let Some(labels) = &patch.labels {
+            sqlx::query("UPDATE clusters SET labels = ? WHERE id = ?")
+                .bind(to_json("labels", labels)?)
+                .bind(id)
+                .execute(&mut *tx)
+                .await
+                .map_err(query_error("updating a cluster's labels"))?;
+            changed.push("labels");
+        }
+        if let Some(parameters) = &patch.parameters {
+            sqlx::query("UPDATE clusters SET plugin_parameters = ? WHERE id = ?")
+                .bind(to_json("plugin parameters", parameters)?)
+                .bind(id)
+                .execute(&mut *tx)
+                .await
+                .map_err(query_error("updating a cluster's parameters"))?;
+            changed.push("parameters");
+        }
+        if let Some(plugin) = &patch.plugin {
+            sqlx::query("UPDATE clusters SET plugin = ? WHERE id = ?")
+                .bind(plugin)
+                .bind(id)
+                .execute(&mut *tx)
+                .await
+                .map_err(query_error("updating a cluster's plugin"))?;
+            changed.push("plugin");
+        }
+        sqlx::query("UPDATE clusters SET updated_at = ? WHERE id = ?")
+            .bind(now.0)
+            .bind(id)
+            .execute(&mut *tx)
+            .await
+            .map_err(query_error("updating a cluster"))?;
+        insert_event(
+            &mut tx,
+            now,
+            Some((id, name)),
+            None,
+            "cluster-updated",
+            &serde_json::json!({ "changed": changed }),
+            actor,
+        )
+        .await?;
+        let sql = format!("SELECT {CLUSTER_COLUMNS} FROM clusters WHERE id = ?");
+        let row: ClusterRow = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .bind(id)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(query_error("reading a cluster"))?;
+        tx.commit()
+            .await
+            .map_err(query_error("committing a cluster update"))?;
+        row.try_into()
+    }
+
+    /// Deletes a cluster, refused while apps remain on it. A discovered cluster is kept
+    /// as ignored, so that discovery does not add it back; a manual one is removed with
+    /// its outages and deployment records.
+    pub async fn delete_cluster(
+        &self,
+        name: &str,
+        actor: Option<&str>,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        let row: Option<(i64, String)> =
+            sqlx::query_as("SELECT id, source FROM clusters WHERE name = ? AND ignored = 0")
+                .bind(name)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(query_error("reading a cluster"))?;
+        let (id, source) = row.ok_or_else(|| not_found("cluster", name))?;
+        let apps: Vec<String> =
+            sqlx::query_scalar("SELECT name FROM apps WHERE cluster_id = ? ORDER BY name")
+                .bind(id)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(query_error("listing a cluster's apps"))?;
+        if !apps.is_empty() {
+            return Err(StoreError::HasApps {
+                cluster: name.to_owned(),
+                apps,
+            });
+        }
+        if source == ClusterSource::Discovered.as_str() {
+            sqlx::query("UPDATE clusters SET ignored = 1, updated_at = ? WHERE id = ?")
+                .bind(now.0)
+                .bind(id)
+                .execute(&mut *tx)
+                .await
+                .map_err(query_error("ignoring a cluster"))?;
+        } else {
+            for sql in [
+                "DELETE FROM deployments WHERE cluster_id = ?",
+                "DELETE FROM outages WHERE cluster_id = ?",
+                "DELETE FROM clusters WHERE id = ?",
+            ] {
+                sqlx::query(sql)
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(query_error("deleting a cluster"))?;
+            }
+        }
+        insert_event(
+            &mut tx,
+            now,
+            Some((id, name)),
+            None,
+            "cluster-deleted",
+            &serde_json::json!({ "remembered_as_ignored": source == ClusterSource::Discovered.as_str() }),
+            actor,
+        )
+        .await?;
+        tx.commit()
+            .await
+            .map_err(query_error("committing a deletion"))?;
+        Ok(())
+    }
+
+    /// One page of the clusters matching `filter` (ignored ones never), by name, those
+    /// after `after`.
+    pub async fn list_clusters(
+        &self,
+        filter: &ClusterFilter,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<ClusterRecord>, StoreError> {
+        let sql = format!(
+            "SELECT {CLUSTER_COLUMNS} FROM clusters WHERE ignored = 0 \
+             AND (?1 IS NULL OR status = ?1) \
+             AND (?2 IS NULL OR EXISTS (SELECT 1 FROM json_each(conditions) \
+                  WHERE json_extract(value, '$.type') = ?2)) \
+             AND (?3 IS NULL OR source = ?3) \
+             AND (?4 IS NULL OR EXISTS (SELECT 1 FROM json_each(labels) \
+                  WHERE key = ?4 AND value = ?5)) \
+             AND (?6 IS NULL OR plugin = ?6) \
+             AND (?7 IS NULL OR name > ?7) \
+             ORDER BY name LIMIT ?8"
+        );
+        let (label_key, label_value) = filter
+            .label
+            .as_ref()
+            .map_or((None, None), |(k, v)| (Some(k.as_str()), Some(v.as_str())));
+        let rows: Vec<ClusterRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .bind(filter.status.map(ClusterStatus::as_str))
+            .bind(filter.condition.map(ConditionType::as_str))
+            .bind(filter.source.map(ClusterSource::as_str))
+            .bind(label_key)
+            .bind(label_value)
+            .bind(filter.plugin.as_deref())
+            .bind(after)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(query_error("listing clusters"))?;
+        rows.into_iter().map(ClusterRecord::try_from).collect()
+    }
+
+    /// A page of a cluster's history, newest first, those before event `before`.
+    pub async fn cluster_history(
+        &self,
+        name: &str,
+        before: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<EventRecord>, StoreError> {
+        let exists: Option<i64> =
+            sqlx::query_scalar("SELECT id FROM clusters WHERE name = ? AND ignored = 0")
+                .bind(name)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(query_error("reading a cluster"))?;
+        exists.ok_or_else(|| not_found("cluster", name))?;
+        sqlx::query_as(
+            "SELECT id, at, cluster_name, outage_id, kind, detail, actor FROM events \
+             WHERE cluster_name = ? AND (? IS NULL OR id < ?) ORDER BY id DESC LIMIT ?",
+        )
+        .bind(name)
+        .bind(before)
+        .bind(before)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(query_error("reading a cluster's history"))
+    }
+
+    /// Events after event `after`, oldest first, at most `limit` (the SSE stream).
+    pub async fn events_after(
+        &self,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<EventRecord>, StoreError> {
+        sqlx::query_as(
+            "SELECT id, at, cluster_name, outage_id, kind, detail, actor FROM events \
+             WHERE id > ? ORDER BY id LIMIT ?",
+        )
+        .bind(after)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(query_error("reading events"))
+    }
+
+    /// How many clusters are still UNKNOWN without a probe since `since` (readiness:
+    /// a status persisted from before counts as known).
+    pub async fn awaiting_first_probe(&self, since: Timestamp) -> Result<i64, StoreError> {
+        sqlx::query_scalar(
+            "SELECT COUNT(*) FROM clusters WHERE ignored = 0 AND status = 'UNKNOWN' \
+             AND (last_probe IS NULL OR last_probe < ?)",
+        )
+        .bind(since.0)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(query_error("counting unprobed clusters"))
+    }
+
+    /// The id of the newest event, 0 when there is none.
+    pub async fn last_event_id(&self) -> Result<i64, StoreError> {
+        sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) FROM events")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(query_error("reading the last event"))
+    }
+
+    /// Registers an app on a cluster, PENDING.
+    pub async fn register_app_as(
+        &self,
+        name: &str,
+        cluster: &str,
+        actor: Option<&str>,
+        now: Timestamp,
+    ) -> Result<AppRecord, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let cluster_id = cluster_id_by_name(&mut tx, cluster).await?.0;
+        let exists: Option<i64> = sqlx::query_scalar("SELECT id FROM apps WHERE name = ?")
+            .bind(name)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(query_error("checking an app name"))?;
+        if exists.is_some() {
+            return Err(StoreError::AlreadyExists {
+                kind: "app",
+                name: name.to_owned(),
+            });
+        }
+        sqlx::query(
+            "INSERT INTO apps (name, cluster_id, status, created_at, updated_at) \
+             VALUES (?, ?, 'PENDING', ?, ?)",
+        )
+        .bind(name)
+        .bind(cluster_id)
+        .bind(now.0)
+        .bind(now.0)
+        .execute(&mut *tx)
+        .await
+        .map_err(query_error("registering an app"))?;
+        insert_event(
+            &mut tx,
+            now,
+            Some((cluster_id, cluster)),
+            None,
+            "app-registered",
+            &serde_json::json!({ "app": name }),
+            actor,
+        )
+        .await?;
+        let app = app_in(&mut tx, name).await?;
+        tx.commit()
+            .await
+            .map_err(query_error("committing an app"))?;
+        Ok(app)
+    }
+
+    /// The platform sets an app's status; this clears its degraded-by marker (R7).
+    pub async fn set_app_status_as(
+        &self,
+        name: &str,
+        status: AppStatus,
+        actor: Option<&str>,
+        now: Timestamp,
+    ) -> Result<AppRecord, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let before = app_in(&mut tx, name).await?;
+        sqlx::query(
+            "UPDATE apps SET status = ?, degraded_by_outage = NULL, updated_at = ? WHERE id = ?",
+        )
+        .bind(status.as_str())
+        .bind(now.0)
+        .bind(before.id.0)
+        .execute(&mut *tx)
+        .await
+        .map_err(query_error("setting an app's status"))?;
+        insert_event(
+            &mut tx,
+            now,
+            None,
+            None,
+            "app-status-set",
+            &serde_json::json!({
+                "app": name,
+                "cluster": before.cluster,
+                "from": before.status.as_str(),
+                "to": status.as_str(),
+                "marker_cleared": before.degraded_by.is_some(),
+            }),
+            actor,
+        )
+        .await?;
+        let app = app_in(&mut tx, name).await?;
+        tx.commit()
+            .await
+            .map_err(query_error("committing an app status"))?;
+        Ok(app)
+    }
+
+    /// Moves an app to another cluster, refused while the target is OFFLINE (R6, inside
+    /// the transaction); clears the marker (R7).
+    pub async fn reassign_app_as(
+        &self,
+        name: &str,
+        cluster: &str,
+        actor: Option<&str>,
+        now: Timestamp,
+    ) -> Result<AppRecord, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let before = app_in(&mut tx, name).await?;
+        let target = guarded_cluster(&mut tx, cluster).await?;
+        sqlx::query(
+            "UPDATE apps SET cluster_id = ?, degraded_by_outage = NULL, updated_at = ? WHERE id = ?",
+        )
+        .bind(target.0)
+        .bind(now.0)
+        .bind(before.id.0)
+        .execute(&mut *tx)
+        .await
+        .map_err(query_error("reassigning an app"))?;
+        insert_event(
+            &mut tx,
+            now,
+            Some((target.0, cluster)),
+            None,
+            "app-reassigned",
+            &serde_json::json!({ "app": name, "from": before.cluster, "to": cluster }),
+            actor,
+        )
+        .await?;
+        let app = app_in(&mut tx, name).await?;
+        tx.commit()
+            .await
+            .map_err(query_error("committing a reassignment"))?;
+        Ok(app)
+    }
+
+    /// Records a deployment (see [`Store::record_deployment`]) with its history event,
+    /// and returns the app as it now is.
+    pub async fn deploy_as(
+        &self,
+        app: &str,
+        version: Option<&str>,
+        actor: Option<&str>,
+        now: Timestamp,
+    ) -> Result<(i64, AppRecord), StoreError> {
+        let id = self.record_deployment(app, version, actor, now).await?;
+        Ok((id, self.app(app).await?))
+    }
+
+    /// The apps on a cluster, by name.
+    pub async fn apps_on(&self, cluster: &str) -> Result<Vec<AppRecord>, StoreError> {
+        let rows: Vec<AppRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "{APP_SELECT} WHERE c.name = ? ORDER BY a.name"
+        )))
+        .bind(cluster)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(query_error("listing a cluster's apps"))?;
+        rows.into_iter().map(AppRow::record).collect()
+    }
+}
+
+async fn app_in(
+    tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
+    name: &str,
+) -> Result<AppRecord, StoreError> {
+    let row: Option<AppRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "{APP_SELECT} WHERE a.name = ?"
+    )))
+    .bind(name)
+    .fetch_optional(&mut **tx)
+    .await
+    .map_err(query_error("reading an app"))?;
+    row.ok_or_else(|| not_found("app", name))?.record()
+}

@@ -1,0 +1,1033 @@
+//! The REST API through `oneshot`, without a socket: every route, each 409 guard and its
+//! UNKNOWN counterpart, problem+json bodies, auth, markers cleared by the platform's
+//! writes, bad input naming the field with nothing written, the OpenAPI document, and
+//! the event stream with resumption. The store is a real SQLite file; probes go through
+//! the worker's on-demand path with a scripted prober.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{HeaderMap, Method, Request, StatusCode, header};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+use vigil::api::{Access, ApiState, PluginCatalog, PluginView, Readiness, app};
+use vigil::metrics::Metrics;
+use vigil::store::Store;
+use vigil::worker::{Worker, WorkerSettings, wall_clock};
+use vigil_decision::{ClusterStatus, ProbeOutcome, Timestamp};
+
+#[path = "support/engine.rs"]
+mod support;
+
+use support::{Behaviour, Sandbox, ScriptedProber, refused, settings};
+
+const TOKEN: &str = "ops-token-0123456789";
+const OTHER: &str = "ci-token-abcdefghijk";
+
+struct Catalog;
+
+impl PluginCatalog for Catalog {
+    fn plugins(&self) -> Vec<PluginView> {
+        vec![PluginView {
+            name: "kubeconfig-file".to_owned(),
+            self_name: "kubeconfig-file".to_owned(),
+            version: "0.1.0".to_owned(),
+            package: "vigil:plugin@0.1.0".to_owned(),
+            hash: Some("ab".repeat(32)),
+            schemes: vec!["file".to_owned()],
+            priority: 0,
+            grants: vec!["credentials".to_owned(), "http".to_owned()],
+            probes: 3,
+            faults: 1,
+        }]
+    }
+}
+
+struct Api {
+    router: Router,
+    store: Store,
+    prober: ScriptedProber,
+    settings: WorkerSettings,
+    sandbox: Sandbox,
+}
+
+async fn api_with(read_auth: bool) -> Api {
+    let sandbox = Sandbox::new();
+    let store = sandbox.store().await;
+    let tokens = sandbox.dir.path().join("tokens");
+    std::fs::write(&tokens, format!("# operators\nci:{OTHER}\n")).unwrap();
+    let access = Access::new(Some(TOKEN), Some(&tokens), read_auth).unwrap();
+    let prober = ScriptedProber::new(Behaviour::healthy());
+    let settings = settings(60, 2);
+    let metrics = Metrics::new(false);
+    let worker = Worker::new(store.clone(), prober.clone(), settings).with_metrics(metrics.clone());
+    let readiness = Arc::new(Readiness::default());
+    let state = ApiState {
+        store: store.clone(),
+        prober: Arc::new(worker.on_demand()),
+        plugins: Arc::new(Catalog),
+        access,
+        credential_roots: vec![sandbox.kubeconfigs()].into(),
+        defaults: settings.defaults,
+        readiness,
+        metrics: Some(Arc::new(metrics)),
+        wake: worker.handle(),
+    };
+    Api {
+        router: app(state),
+        store,
+        prober,
+        settings,
+        sandbox,
+    }
+}
+
+async fn api() -> Api {
+    api_with(false).await
+}
+
+struct Reply {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Value,
+    text: String,
+}
+
+impl Api {
+    async fn send(
+        &self,
+        method: Method,
+        uri: &str,
+        token: Option<&str>,
+        body: Option<String>,
+    ) -> Reply {
+        let mut request = Request::builder().method(method).uri(uri);
+        if let Some(token) = token {
+            request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let request = match body {
+            Some(body) => request
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(body)),
+            None => request.body(Body::empty()),
+        }
+        .unwrap();
+        let response = self.router.clone().oneshot(request).await.unwrap();
+        let status = response.status();
+        let headers = response.headers().clone();
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        Reply {
+            status,
+            headers,
+            body,
+            text,
+        }
+    }
+
+    async fn get(&self, uri: &str) -> Reply {
+        self.send(Method::GET, uri, None, None).await
+    }
+
+    async fn post(&self, uri: &str, body: Value) -> Reply {
+        self.send(Method::POST, uri, Some(TOKEN), Some(body.to_string()))
+            .await
+    }
+
+    fn reference(&self, name: &str) -> String {
+        format!(
+            "{}/{name}.yaml#{name}",
+            self.sandbox.kubeconfigs().display()
+        )
+    }
+
+    async fn register(&self, name: &str) -> Reply {
+        let reply = self
+            .post(
+                "/api/v1/clusters",
+                json!({
+                    "name": name,
+                    "endpoint": "https://127.0.0.1:6443",
+                    "kubeconfig_secret_ref": self.reference(name),
+                }),
+            )
+            .await;
+        assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+        reply
+    }
+
+    async fn app(&self, name: &str, cluster: &str) {
+        let reply = self
+            .post("/api/v1/apps", json!({ "name": name, "cluster": cluster }))
+            .await;
+        assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+    }
+
+    async fn deploy(&self, app: &str) -> Reply {
+        self.post(
+            "/api/v1/deployments",
+            json!({ "app": app, "version": "1.2.3" }),
+        )
+        .await
+    }
+
+    /// Applies outcomes through the store's real path, one interval apart so that each
+    /// failure counts (R2 spacing).
+    async fn apply(&self, cluster: &str, outcomes: &[ProbeOutcome]) {
+        let id = self.store.cluster(cluster).await.unwrap().id;
+        let start = wall_clock().0;
+        for (i, outcome) in outcomes.iter().enumerate() {
+            let now = Timestamp(start + 60_000 * i64::try_from(i).unwrap());
+            self.store
+                .apply_probe(
+                    id,
+                    outcome,
+                    now,
+                    Timestamp(now.0 + 60_000),
+                    &self.settings.apply(),
+                )
+                .await
+                .unwrap();
+        }
+    }
+
+    async fn make_offline(&self, cluster: &str) {
+        self.apply(cluster, &[ProbeOutcome::Healthy, refused(), refused()])
+            .await;
+        assert_eq!(
+            self.store.cluster(cluster).await.unwrap().health.status,
+            ClusterStatus::Offline
+        );
+    }
+}
+
+/// Asserts a problem+json reply of `status` and `slug`, naming `field` when given.
+fn check_problem(reply: &Reply, status: StatusCode, slug: &str, field: Option<&str>) {
+    assert_eq!(reply.status, status, "{}", reply.text);
+    assert_eq!(
+        reply.headers.get(header::CONTENT_TYPE).unwrap(),
+        "application/problem+json",
+        "{}",
+        reply.text
+    );
+    assert_eq!(
+        reply.body["type"],
+        format!("https://vigil.dev/problems/{slug}"),
+        "{}",
+        reply.text
+    );
+    assert_eq!(reply.body["status"], status.as_u16());
+    assert!(reply.body["title"].as_str().is_some_and(|t| !t.is_empty()));
+    assert!(reply.body["detail"].as_str().is_some_and(|t| !t.is_empty()));
+    if let Some(field) = field {
+        assert_eq!(reply.body["field"], field, "{}", reply.text);
+    }
+}
+
+#[tokio::test]
+async fn clusters_register_get_list_filter_and_page() {
+    let api = api().await;
+    for name in ["alpha", "beta", "gamma"] {
+        api.register(name).await;
+    }
+    let reply = api
+        .send(
+            Method::PATCH,
+            "/api/v1/clusters/beta",
+            Some(TOKEN),
+            Some(
+                json!({ "labels": { "env": "prod" }, "policy": { "interval_seconds": 30 } })
+                    .to_string(),
+            ),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert_eq!(reply.body["labels"]["env"], "prod");
+    assert_eq!(reply.body["policy"]["interval_seconds"], 30);
+    assert_eq!(
+        reply.body["policy"]["failure_threshold"], 2,
+        "the default in force"
+    );
+    assert_eq!(
+        reply.body["policy_overrides"],
+        json!({ "interval_seconds": 30 })
+    );
+
+    let one = api.get("/api/v1/clusters/alpha").await;
+    assert_eq!(one.status, StatusCode::OK);
+    assert_eq!(one.body["status"], "UNKNOWN");
+    assert_eq!(one.body["source"], "manual");
+    assert_eq!(one.body["reference"], api.reference("alpha"));
+
+    let page = api.get("/api/v1/clusters?limit=2").await;
+    let names: Vec<&str> = page.body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["alpha", "beta"]);
+    assert_eq!(page.body["next"], "beta");
+    let rest = api.get("/api/v1/clusters?limit=2&after=beta").await;
+    assert_eq!(rest.body["items"][0]["name"], "gamma");
+    assert_eq!(rest.body["next"], Value::Null);
+
+    let labelled = api.get("/api/v1/clusters?label=env%3Dprod").await;
+    assert_eq!(labelled.body["items"].as_array().unwrap().len(), 1);
+    assert_eq!(labelled.body["items"][0]["name"], "beta");
+
+    api.make_offline("gamma").await;
+    let offline = api.get("/api/v1/clusters?status=OFFLINE").await;
+    assert_eq!(offline.body["items"].as_array().unwrap().len(), 1);
+    assert_eq!(offline.body["items"][0]["name"], "gamma");
+    assert_eq!(offline.body["items"][0]["reason_class"], "refused");
+    let manual = api
+        .get("/api/v1/clusters?source=manual&status=UNKNOWN")
+        .await;
+    assert_eq!(manual.body["items"].as_array().unwrap().len(), 2);
+
+    let history = api.get("/api/v1/clusters/beta/history").await;
+    assert_eq!(history.status, StatusCode::OK);
+    let kinds: Vec<&str> = history.body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["cluster-updated", "cluster-registered"],
+        "newest first"
+    );
+    assert_eq!(
+        history.body["items"][0]["actor"], "default",
+        "the token's name"
+    );
+    let gamma = api.get("/api/v1/clusters/gamma/history?limit=1").await;
+    assert_eq!(gamma.body["items"].as_array().unwrap().len(), 1);
+    let older = gamma.body["next"].as_i64().expect("a next page");
+    let rest = api
+        .get(&format!(
+            "/api/v1/clusters/gamma/history?before={older}&limit=1000"
+        ))
+        .await;
+    assert!(
+        rest.body["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["id"].as_i64().unwrap() < older),
+        "{}",
+        rest.text
+    );
+    let all = api.get("/api/v1/clusters/gamma/history").await;
+    assert!(
+        all.body["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["kind"] == "status-changed" && e["detail"]["to"] == "OFFLINE"),
+        "{}",
+        all.text
+    );
+}
+
+#[tokio::test]
+async fn deployments_and_moves_to_an_offline_cluster_are_refused_but_allowed_when_unknown() {
+    let api = api().await;
+    api.register("down").await;
+    api.register("new").await;
+    api.app("shop", "down").await;
+    api.app("cart", "new").await;
+    assert_eq!(api.deploy("shop").await.status, StatusCode::CREATED);
+    api.make_offline("down").await;
+    let shop = api.get("/api/v1/apps/shop").await;
+    assert_eq!(shop.body["status"], "DEGRADED");
+    assert!(
+        shop.body["degraded_by_outage"].is_i64(),
+        "the cascade set the marker"
+    );
+
+    // Deploy to OFFLINE: 409; to UNKNOWN: allowed.
+    check_problem(
+        &api.deploy("shop").await,
+        StatusCode::CONFLICT,
+        "cluster-offline",
+        None,
+    );
+    let cart = api.deploy("cart").await;
+    assert_eq!(cart.status, StatusCode::CREATED, "{}", cart.text);
+    assert_eq!(cart.body["app"]["status"], "DEPLOYED");
+
+    // Reassign to OFFLINE: 409 and nothing moved; to UNKNOWN: allowed, marker cleared.
+    let refused_move = api
+        .post("/api/v1/apps/cart/reassign", json!({ "cluster": "down" }))
+        .await;
+    check_problem(&refused_move, StatusCode::CONFLICT, "cluster-offline", None);
+    assert_eq!(api.get("/api/v1/apps/cart").await.body["cluster"], "new");
+    let moved = api
+        .post("/api/v1/apps/shop/reassign", json!({ "cluster": "new" }))
+        .await;
+    assert_eq!(moved.status, StatusCode::OK, "{}", moved.text);
+    assert_eq!(moved.body["cluster"], "new");
+    assert_eq!(
+        moved.body["degraded_by_outage"],
+        Value::Null,
+        "reassign clears the marker"
+    );
+
+    let listed = api.get("/api/v1/apps?cluster=new").await;
+    assert_eq!(listed.body.as_array().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn the_platform_clears_the_outage_marker_by_status_and_by_deployment() {
+    let api = api().await;
+    api.register("edge").await;
+    for app in ["a", "b"] {
+        api.app(app, "edge").await;
+        api.deploy(app).await;
+    }
+    api.make_offline("edge").await;
+    for app in ["a", "b"] {
+        assert!(api.get(&format!("/api/v1/apps/{app}")).await.body["degraded_by_outage"].is_i64());
+    }
+    let set = api
+        .send(
+            Method::PUT,
+            "/api/v1/apps/a/status",
+            Some(TOKEN),
+            Some(json!({ "status": "FAILED" }).to_string()),
+        )
+        .await;
+    assert_eq!(set.status, StatusCode::OK, "{}", set.text);
+    assert_eq!(set.body["status"], "FAILED");
+    assert_eq!(set.body["degraded_by_outage"], Value::Null);
+
+    // Recovery restores only the app whose marker is still set.
+    api.apply("edge", &[ProbeOutcome::Healthy]).await;
+    assert_eq!(api.get("/api/v1/apps/a").await.body["status"], "FAILED");
+    assert_eq!(api.get("/api/v1/apps/b").await.body["status"], "DEPLOYED");
+
+    let bad = api
+        .send(
+            Method::PUT,
+            "/api/v1/apps/a/status",
+            Some(TOKEN),
+            Some(json!({ "status": "GONE" }).to_string()),
+        )
+        .await;
+    check_problem(
+        &bad,
+        StatusCode::BAD_REQUEST,
+        "invalid-request",
+        Some("body.status"),
+    );
+}
+
+#[tokio::test]
+async fn delete_is_refused_while_apps_remain_and_a_discovered_cluster_is_remembered() {
+    let api = api().await;
+    api.register("busy").await;
+    api.app("svc", "busy").await;
+    let refused_delete = api
+        .send(Method::DELETE, "/api/v1/clusters/busy", Some(TOKEN), None)
+        .await;
+    check_problem(
+        &refused_delete,
+        StatusCode::CONFLICT,
+        "cluster-has-apps",
+        None,
+    );
+    assert!(
+        refused_delete.body["detail"]
+            .as_str()
+            .unwrap()
+            .contains("svc")
+    );
+    assert_eq!(
+        api.get("/api/v1/clusters/busy").await.status,
+        StatusCode::OK
+    );
+
+    api.register("idle").await;
+    let deleted = api
+        .send(Method::DELETE, "/api/v1/clusters/idle", Some(TOKEN), None)
+        .await;
+    assert_eq!(deleted.status, StatusCode::NO_CONTENT, "{}", deleted.text);
+    check_problem(
+        &api.get("/api/v1/clusters/idle").await,
+        StatusCode::NOT_FOUND,
+        "not-found",
+        None,
+    );
+
+    // A discovered cluster: remembered as ignored, not re-added by discovery, and
+    // registered again by hand.
+    let rows = [vigil::store::DiscoveredClusterRow {
+        name: "found".to_owned(),
+        endpoint: "https://127.0.0.1:6444".to_owned(),
+        reference: api.reference("found"),
+    }];
+    api.store
+        .upsert_discovered(&rows, wall_clock())
+        .await
+        .unwrap();
+    assert_eq!(
+        api.get("/api/v1/clusters/found").await.body["source"],
+        "discovered"
+    );
+    let gone = api
+        .send(Method::DELETE, "/api/v1/clusters/found", Some(TOKEN), None)
+        .await;
+    assert_eq!(gone.status, StatusCode::NO_CONTENT);
+    api.store
+        .upsert_discovered(&rows, wall_clock())
+        .await
+        .unwrap();
+    assert_eq!(
+        api.get("/api/v1/clusters/found").await.status,
+        StatusCode::NOT_FOUND
+    );
+    assert!(
+        api.get("/api/v1/clusters").await.body["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["name"] != "found")
+    );
+    let again = api.register("found").await;
+    assert_eq!(again.body["source"], "manual");
+}
+
+#[tokio::test]
+async fn mutations_need_a_valid_token_and_record_its_name() {
+    let api = api().await;
+    let body = json!({ "name": "x", "endpoint": "https://127.0.0.1:1", "kubeconfig_secret_ref": api.reference("x") }).to_string();
+    let anonymous = api
+        .send(Method::POST, "/api/v1/clusters", None, Some(body.clone()))
+        .await;
+    check_problem(&anonymous, StatusCode::UNAUTHORIZED, "unauthorized", None);
+    assert_eq!(
+        anonymous.headers.get(header::WWW_AUTHENTICATE).unwrap(),
+        "Bearer realm=\"vigil\""
+    );
+    let wrong = api
+        .send(
+            Method::POST,
+            "/api/v1/clusters",
+            Some("not-a-token-at-all"),
+            Some(body.clone()),
+        )
+        .await;
+    check_problem(&wrong, StatusCode::UNAUTHORIZED, "unauthorized", None);
+    assert!(!wrong.text.contains("not-a-token-at-all"));
+    assert_eq!(
+        api.get("/api/v1/clusters/x").await.status,
+        StatusCode::NOT_FOUND,
+        "nothing written"
+    );
+
+    let named = api
+        .send(Method::POST, "/api/v1/clusters", Some(OTHER), Some(body))
+        .await;
+    assert_eq!(named.status, StatusCode::CREATED);
+    let history = api.get("/api/v1/clusters/x/history").await;
+    assert_eq!(history.body["items"][0]["actor"], "ci");
+    // Reads are open without read auth...
+    assert_eq!(api.get("/api/v1/clusters").await.status, StatusCode::OK);
+
+    // ...and closed with it.
+    let closed = api_with(true).await;
+    check_problem(
+        &closed.get("/api/v1/clusters").await,
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+        None,
+    );
+    let allowed = closed
+        .send(Method::GET, "/api/v1/clusters", Some(TOKEN), None)
+        .await;
+    assert_eq!(allowed.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn bad_input_is_a_4xx_naming_the_field_and_writes_nothing() {
+    let api = api().await;
+    let reference = api.reference("c");
+    let cases: Vec<(Value, &str, &str)> = vec![
+        (
+            json!({ "name": "c", "endpoint": "https://127.0.0.1:1", "kubeconfig_secret_ref": reference, "colour": "red" }),
+            "invalid-request",
+            "body.colour",
+        ),
+        (
+            json!({ "name": 7, "endpoint": "https://127.0.0.1:1", "kubeconfig_secret_ref": reference }),
+            "invalid-request",
+            "body.name",
+        ),
+        (
+            json!({ "name": "c", "endpoint": "not a url", "kubeconfig_secret_ref": reference }),
+            "invalid-request",
+            "body.endpoint",
+        ),
+        (
+            json!({ "name": "a/b", "endpoint": "https://127.0.0.1:1", "kubeconfig_secret_ref": reference }),
+            "invalid-request",
+            "body.name",
+        ),
+        (
+            json!({ "name": "c", "endpoint": "https://127.0.0.1:1", "kubeconfig_secret_ref": "/etc/kubernetes/admin.conf#x" }),
+            "reference-not-allowed",
+            "body.kubeconfig_secret_ref",
+        ),
+        (
+            json!({ "name": "c", "endpoint": "https://127.0.0.1:1", "kubeconfig_secret_ref": format!("{}/../../etc/passwd", api.sandbox.kubeconfigs().display()) }),
+            "reference-not-allowed",
+            "body.kubeconfig_secret_ref",
+        ),
+        (
+            json!({ "name": "c", "endpoint": "https://127.0.0.1:1", "kubeconfig_secret_ref": "relative.yaml" }),
+            "invalid-request",
+            "body.kubeconfig_secret_ref",
+        ),
+        (
+            json!({ "name": "c", "endpoint": "https://127.0.0.1:1", "kubeconfig_secret_ref": reference, "plugin": "nope" }),
+            "invalid-request",
+            "body.plugin",
+        ),
+        (
+            json!({ "name": "c", "endpoint": "https://127.0.0.1:1", "kubeconfig_secret_ref": reference, "policy": { "interval_seconds": 0 } }),
+            "invalid-request",
+            "body.policy.interval_seconds",
+        ),
+        (
+            json!({ "name": "c", "endpoint": "https://127.0.0.1:1", "kubeconfig_secret_ref": reference, "policy": { "every": 5 } }),
+            "invalid-request",
+            "body.policy",
+        ),
+        (
+            json!({ "name": "c", "endpoint": "https://127.0.0.1:1", "kubeconfig_secret_ref": reference, "parameters": { "token": "file:///etc/shadow" } }),
+            "reference-not-allowed",
+            "body.parameters.token",
+        ),
+    ];
+    for (body, slug, field) in cases {
+        let reply = api.post("/api/v1/clusters", body.clone()).await;
+        assert!(reply.status.is_client_error(), "{body}: {}", reply.text);
+        assert_eq!(
+            reply.body["type"],
+            format!("https://vigil.dev/problems/{slug}"),
+            "{body}: {}",
+            reply.text
+        );
+        assert!(
+            reply.body["field"]
+                .as_str()
+                .is_some_and(|f| f.starts_with(field)),
+            "{body}: field {} not {field}",
+            reply.body["field"]
+        );
+        assert_eq!(
+            api.get("/api/v1/clusters/c").await.status,
+            StatusCode::NOT_FOUND,
+            "{body}: nothing written"
+        );
+    }
+    let syntax = api
+        .send(
+            Method::POST,
+            "/api/v1/clusters",
+            Some(TOKEN),
+            Some("{".to_owned()),
+        )
+        .await;
+    check_problem(
+        &syntax,
+        StatusCode::BAD_REQUEST,
+        "invalid-request",
+        Some("body"),
+    );
+    let huge = api
+        .send(
+            Method::POST,
+            "/api/v1/clusters",
+            Some(TOKEN),
+            Some(format!("{{\"name\":\"{}\"}}", "x".repeat(200_000))),
+        )
+        .await;
+    check_problem(
+        &huge,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload-too-large",
+        Some("body"),
+    );
+    check_problem(
+        &api.get("/api/v1/clusters?status=SIDEWAYS").await,
+        StatusCode::BAD_REQUEST,
+        "invalid-request",
+        Some("query.status"),
+    );
+    check_problem(
+        &api.get("/api/v1/clusters?colour=red").await,
+        StatusCode::BAD_REQUEST,
+        "invalid-request",
+        Some("query.colour"),
+    );
+    check_problem(
+        &api.get("/api/v1/clusters?limit=0").await,
+        StatusCode::BAD_REQUEST,
+        "invalid-request",
+        Some("query.limit"),
+    );
+    check_problem(
+        &api.get("/api/v1/clusters/none").await,
+        StatusCode::NOT_FOUND,
+        "not-found",
+        None,
+    );
+    check_problem(
+        &api.get("/api/v1/apps/none").await,
+        StatusCode::NOT_FOUND,
+        "not-found",
+        None,
+    );
+    check_problem(
+        &api.get("/api/v1/nothing").await,
+        StatusCode::NOT_FOUND,
+        "not-found",
+        None,
+    );
+    check_problem(
+        &api.deploy("none").await,
+        StatusCode::NOT_FOUND,
+        "not-found",
+        None,
+    );
+    check_problem(
+        &api.post("/api/v1/apps", json!({ "name": "a", "cluster": "none" }))
+            .await,
+        StatusCode::NOT_FOUND,
+        "not-found",
+        None,
+    );
+    api.register("c").await;
+    check_problem(
+        &api.register_raw("c").await,
+        StatusCode::CONFLICT,
+        "already-exists",
+        None,
+    );
+}
+
+impl Api {
+    async fn register_raw(&self, name: &str) -> Reply {
+        self.post(
+            "/api/v1/clusters",
+            json!({ "name": name, "endpoint": "https://127.0.0.1:6443", "kubeconfig_secret_ref": self.reference(name) }),
+        )
+        .await
+    }
+}
+
+#[tokio::test]
+async fn credential_parameters_are_stored_as_references_and_never_returned() {
+    let api = api().await;
+    let token_file = format!("file://{}/token", api.sandbox.kubeconfigs().display());
+    let reply = api
+        .post(
+            "/api/v1/clusters",
+            json!({
+                "name": "web",
+                "endpoint": "https://127.0.0.1:8443",
+                "kubeconfig_secret_ref": "https://127.0.0.1:8443/healthz",
+                "parameters": { "method": "GET", "header.Authorization": token_file, "header.X-Key": "secret://ops/web?key=key" },
+            }),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+    for text in [
+        reply.text,
+        api.get("/api/v1/clusters/web").await.text,
+        api.get("/api/v1/clusters").await.text,
+        api.get("/api/v1/clusters/web/history").await.text,
+    ] {
+        assert!(
+            !text.contains(&token_file) && !text.contains("secret://ops"),
+            "{text}"
+        );
+        assert!(
+            text.contains("(credential reference)") || !text.contains("header."),
+            "{text}"
+        );
+    }
+    assert_eq!(
+        api.get("/api/v1/clusters/web").await.body["parameters"]["method"],
+        "GET"
+    );
+    let stored = api.store.cluster("web").await.unwrap();
+    assert_eq!(
+        stored.parameters["header.Authorization"], token_file,
+        "stored as the reference"
+    );
+}
+
+#[tokio::test]
+async fn probe_now_applies_one_outcome_and_refuses_a_second_concurrent_probe() {
+    let api = api().await;
+    // A kubeconfig that resolves, so that the prober is asked.
+    api.sandbox.kubeconfig("p", 6443);
+    api.register("p").await;
+    let reply = api
+        .send(Method::POST, "/api/v1/clusters/p/probe", Some(TOKEN), None)
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert_eq!(reply.body["outcome"], "healthy", "{}", reply.text);
+    assert_eq!(reply.body["cluster"]["status"], "ONLINE");
+    assert_eq!(api.prober.call_count("p"), 1);
+
+    api.prober
+        .set("p", Behaviour::Slow(Duration::from_millis(800), refused()));
+    let first = {
+        let router = api.router.clone();
+        tokio::spawn(async move {
+            let request = Request::post("/api/v1/clusters/p/probe")
+                .header(header::AUTHORIZATION, format!("Bearer {TOKEN}"))
+                .body(Body::empty())
+                .unwrap();
+            router.oneshot(request).await.unwrap().status()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let second = api
+        .send(Method::POST, "/api/v1/clusters/p/probe", Some(TOKEN), None)
+        .await;
+    check_problem(&second, StatusCode::CONFLICT, "probe-in-progress", None);
+    assert_eq!(first.await.unwrap(), StatusCode::OK);
+    let after = api.get("/api/v1/clusters/p").await;
+    assert_eq!(after.body["last_outcome"], "unhealthy");
+    assert_eq!(after.body["counters"]["consecutive_failures"], 1);
+    check_problem(
+        &api.send(
+            Method::POST,
+            "/api/v1/clusters/none/probe",
+            Some(TOKEN),
+            None,
+        )
+        .await,
+        StatusCode::NOT_FOUND,
+        "not-found",
+        None,
+    );
+}
+
+#[tokio::test]
+async fn plugins_health_readiness_and_metrics_answer() {
+    let api = api().await;
+    let plugins = api.get("/api/v1/plugins").await;
+    assert_eq!(plugins.body[0]["name"], "kubeconfig-file");
+    assert_eq!(plugins.body[0]["package"], "vigil:plugin@0.1.0");
+    assert_eq!(plugins.body[0]["faults"], 1);
+    assert_eq!(api.get("/healthz").await.body["status"], "ok");
+    let ready = api.get("/readyz").await;
+    assert_eq!(
+        ready.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "discovery has not run"
+    );
+    assert_eq!(ready.body["database"], true);
+    assert_eq!(ready.body["discovered"], false);
+    let metrics = api.get("/metrics").await;
+    assert_eq!(metrics.status, StatusCode::OK);
+    assert!(metrics.text.contains("vigil_clusters{"), "{}", metrics.text);
+}
+
+#[tokio::test]
+async fn every_documented_route_is_served_and_every_served_route_is_documented() {
+    let api = api().await;
+    api.register("doc").await;
+    api.app("doc-app", "doc").await;
+    let doc = api.get("/openapi.json").await;
+    assert_eq!(doc.status, StatusCode::OK);
+    let paths = doc.body["paths"].as_object().unwrap();
+    let mut documented = Vec::new();
+    for (path, item) in paths {
+        for method in item.as_object().unwrap().keys() {
+            documented.push(format!("{} {path}", method.to_uppercase()));
+        }
+    }
+    documented.sort();
+    let served = [
+        "DELETE /api/v1/clusters/{name}",
+        "GET /api/v1/apps",
+        "GET /api/v1/apps/{name}",
+        "GET /api/v1/clusters",
+        "GET /api/v1/clusters/{name}",
+        "GET /api/v1/clusters/{name}/history",
+        "GET /api/v1/events",
+        "GET /api/v1/plugins",
+        "GET /healthz",
+        "GET /metrics",
+        "GET /openapi.json",
+        "GET /readyz",
+        "PATCH /api/v1/clusters/{name}",
+        "POST /api/v1/apps",
+        "POST /api/v1/apps/{name}/reassign",
+        "POST /api/v1/clusters",
+        "POST /api/v1/clusters/{name}/probe",
+        "POST /api/v1/deployments",
+        "PUT /api/v1/apps/{name}/status",
+    ];
+    assert_eq!(documented, served);
+    // Each documented route answers something other than the router's "no such route".
+    for route in &documented {
+        let (method, path) = route.split_once(' ').unwrap();
+        if path == "/api/v1/events" {
+            continue; // a stream: its own test
+        }
+        let name = if path.contains("/apps/") {
+            "doc-app"
+        } else {
+            "doc"
+        };
+        let uri = path.replace("{name}", name);
+        let reply = api
+            .send(
+                method.parse().unwrap(),
+                &uri,
+                Some(TOKEN),
+                (method != "GET" && method != "DELETE").then(|| "{}".to_owned()),
+            )
+            .await;
+        assert!(
+            reply.body["detail"] != "no such route"
+                && reply.status != StatusCode::METHOD_NOT_ALLOWED,
+            "{route}: {} {}",
+            reply.status,
+            reply.text
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_event_stream_delivers_transitions_and_cascades_in_order_and_resumes() {
+    let api = api().await;
+    api.register("s").await;
+    api.app("s-app", "s").await;
+    api.deploy("s-app").await;
+    let start = api.store.last_event_id().await.unwrap();
+
+    let stream = |after: i64| {
+        let router = api.router.clone();
+        async move {
+            let request = Request::get("/api/v1/events")
+                .header("last-event-id", after.to_string())
+                .body(Body::empty())
+                .unwrap();
+            let response = router.oneshot(request).await.unwrap();
+            assert_eq!(response.status(), StatusCode::OK);
+            assert!(
+                response.headers()[header::CONTENT_TYPE]
+                    .to_str()
+                    .unwrap()
+                    .starts_with("text/event-stream")
+            );
+            response.into_body()
+        }
+    };
+    let mut body = stream(start).await;
+    api.make_offline("s").await;
+
+    // Read until the cascade has arrived.
+    let mut events: Vec<(i64, String, Value)> = Vec::new();
+    let mut buffer = String::new();
+    while !events.iter().any(|(_, kind, _)| kind == "apps-degraded") {
+        let frame = tokio::time::timeout(Duration::from_secs(5), body.frame())
+            .await
+            .expect("an event within 5 s")
+            .unwrap()
+            .unwrap();
+        if let Ok(data) = frame.into_data() {
+            buffer.push_str(&String::from_utf8_lossy(&data));
+        }
+        events = parse_sse(&buffer);
+    }
+    let offline = events
+        .iter()
+        .position(|(_, kind, data)| kind == "status-changed" && data["detail"]["to"] == "OFFLINE")
+        .expect("the transition to OFFLINE");
+    let degraded = events
+        .iter()
+        .position(|(_, kind, _)| kind == "apps-degraded")
+        .unwrap();
+    assert!(
+        offline < degraded,
+        "the transition, then its cascade: {events:?}"
+    );
+    assert_eq!(
+        events[degraded].2["detail"]["apps"]
+            .as_array()
+            .map(Vec::len),
+        Some(1),
+        "{events:?}"
+    );
+    assert!(
+        events.windows(2).all(|w| w[0].0 < w[1].0),
+        "ids increase: {events:?}"
+    );
+    drop(body);
+
+    // Reconnect from the middle: exactly the events after it, none lost, none repeated.
+    let middle = events[events.len() / 2].0;
+    let mut body = stream(middle).await;
+    let expected: Vec<i64> = events
+        .iter()
+        .map(|(id, _, _)| *id)
+        .filter(|id| *id > middle)
+        .collect();
+    let mut buffer = String::new();
+    let mut resumed = Vec::new();
+    while resumed.len() < expected.len() {
+        let frame = tokio::time::timeout(Duration::from_secs(5), body.frame())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        if let Ok(data) = frame.into_data() {
+            buffer.push_str(&String::from_utf8_lossy(&data));
+        }
+        resumed = parse_sse(&buffer)
+            .into_iter()
+            .map(|(id, _, _)| id)
+            .collect();
+    }
+    assert_eq!(resumed[..expected.len()], expected[..]);
+}
+
+/// `(id, event, data)` of each complete SSE message in `text`.
+fn parse_sse(text: &str) -> Vec<(i64, String, Value)> {
+    let complete = &text[..text.rfind("\n\n").map_or(0, |i| i + 2)];
+    complete
+        .split("\n\n")
+        .filter(|m| m.contains("data:"))
+        .filter_map(|message| {
+            let mut id = None;
+            let mut kind = None;
+            let mut data = None;
+            for line in message.lines() {
+                if let Some(v) = line.strip_prefix("id:") {
+                    id = v.trim().parse().ok();
+                } else if let Some(v) = line.strip_prefix("event:") {
+                    kind = Some(v.trim().to_owned());
+                } else if let Some(v) = line.strip_prefix("data:") {
+                    data = serde_json::from_str(v.trim()).ok();
+                }
+            }
+            Some((id?, kind?, data?))
+        })
+        .collect()
+}
