@@ -3,8 +3,10 @@
 
 pub mod cli;
 pub mod discovery;
+pub mod discovery_preview;
 pub mod lock;
 pub mod reference;
+pub mod retention;
 pub mod runtime;
 pub mod serve;
 pub mod store;
