@@ -5,6 +5,7 @@ pub mod cli;
 pub mod discovery;
 pub mod discovery_preview;
 pub mod lock;
+pub mod metrics;
 pub mod reference;
 pub mod retention;
 pub mod runtime;

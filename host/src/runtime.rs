@@ -93,7 +93,9 @@ const CONTRACT_VERSION: &str = "0.1.0";
 pub struct RuntimeSettings {
     /// The plugin directory (`NAME.wasm` and optional `NAME.toml`).
     pub plugin_dir: PathBuf,
-    /// The compiled-code cache directory; `None` disables the cache.
+    /// The compiled-code cache directory; `None` disables the cache. It must not be
+    /// inside the plugin directory; the host creates a `components-v1` directory in it
+    /// for its user only, and loads nothing from it that it did not write itself.
     pub cache_dir: Option<PathBuf>,
     /// How many plugin calls may run at once (probes plus audits): sizes the pool.
     pub concurrency: u32,
@@ -192,7 +194,7 @@ pub struct PluginSummary {
     pub description: String,
     /// Its routing priority.
     pub priority: i32,
-    /// Whether the compiled-code cache already held it.
+    /// What the compiled-code cache did for it: loaded it, or compiled it and why.
     pub cache: CacheStatus,
 }
 
@@ -678,10 +680,12 @@ async fn load_one(
     // Compiling is CPU-bound (tens of milliseconds to seconds): off the async threads.
     let compile_engine = engine.engine().clone();
     let cache_owned = cache.cloned();
-    let (component, cache_status) =
-        tokio::task::spawn_blocking(move || compile(&compile_engine, cache_owned.as_ref(), &bytes))
-            .await
-            .map_err(|e| Refusal::Invalid(format!("the compiler task failed: {e}")))??;
+    let (component, cache_status) = tokio::task::spawn_blocking(move || {
+        cache::compile(&compile_engine, cache_owned.as_ref(), &bytes)
+            .map_err(|e| Refusal::Invalid(format!("{e:#}")))
+    })
+    .await
+    .map_err(|e| Refusal::Invalid(format!("the compiler task failed: {e}")))??;
 
     check_world(engine, &component)?;
     let instance_pre = linker
@@ -753,39 +757,6 @@ fn check_header(bytes: &[u8]) -> Result<(), Refusal> {
         return Err(Refusal::CoreModule);
     }
     Ok(())
-}
-
-/// Compiles `bytes`, recording the artifact in the cache.
-fn compile(
-    engine: &wasmtime::Engine,
-    cache: Option<&CodeCache>,
-    bytes: &[u8],
-) -> Result<(Component, CacheStatus), Refusal> {
-    let key = cache.map(|_| CodeCache::key(engine, bytes));
-    let hit = match (cache, &key) {
-        (Some(cache), Some(key)) => cache.contains(key),
-        _ => false,
-    };
-    let component =
-        Component::new(engine, bytes).map_err(|e| Refusal::Invalid(format!("{e:#}")))?;
-    let status = match (cache, key) {
-        (Some(_), Some(_)) if hit => CacheStatus::Hit,
-        (Some(cache), Some(key)) => match component.serialize() {
-            Ok(artifact) => match cache.store(&key, &artifact) {
-                Ok(()) => CacheStatus::Miss,
-                Err(error) => {
-                    warn!("cannot write the compiled-code cache: {error}");
-                    CacheStatus::Disabled
-                }
-            },
-            Err(error) => {
-                warn!("cannot serialize a compiled component: {error:#}");
-                CacheStatus::Disabled
-            }
-        },
-        _ => CacheStatus::Disabled,
-    };
-    Ok((component, status))
 }
 
 /// Checks the component targets the probe world of the supported contract, by its

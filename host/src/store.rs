@@ -1282,6 +1282,60 @@ impl Store {
         pruned.outages = done.rows_affected();
         Ok(pruned)
     }
+
+    // Aggregates for the metrics, read at each scrape: one query each, whatever the
+    // fleet's size. Ignored clusters (deleted through the API) are not counted.
+
+    /// How many clusters have each status (statuses with no cluster are absent).
+    pub async fn status_counts(&self) -> Result<BTreeMap<ClusterStatus, u64>, StoreError> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT status, COUNT(*) FROM clusters WHERE ignored = 0 GROUP BY status",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(query_error("counting clusters by status"))?;
+        rows.into_iter()
+            .map(|(status, count)| Ok((parse_status(&status)?, count.unsigned_abs())))
+            .collect()
+    }
+
+    /// How many clusters carry each condition (conditions no cluster carries are absent).
+    pub async fn condition_counts(
+        &self,
+    ) -> Result<BTreeMap<vigil_decision::ConditionType, u64>, StoreError> {
+        let rows: Vec<(Option<String>, i64)> = sqlx::query_as(
+            "SELECT json_extract(condition.value, '$.type') AS kind, \
+             COUNT(DISTINCT clusters.id) FROM clusters, json_each(clusters.conditions) AS condition \
+             WHERE clusters.ignored = 0 GROUP BY kind",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(query_error("counting clusters by condition"))?;
+        rows.into_iter()
+            .map(|(kind, count)| {
+                let kind = kind.unwrap_or_default();
+                let kind = vigil_decision::ConditionType::from_str(&kind).map_err(|e| {
+                    StoreError::Corrupt {
+                        what: "conditions",
+                        reason: e.to_string(),
+                    }
+                })?;
+                Ok((kind, count.unsigned_abs()))
+            })
+            .collect()
+    }
+
+    /// Every cluster's name and status, by name.
+    pub async fn cluster_statuses(&self) -> Result<Vec<(String, ClusterStatus)>, StoreError> {
+        let rows: Vec<(String, String)> =
+            sqlx::query_as("SELECT name, status FROM clusters WHERE ignored = 0 ORDER BY name")
+                .fetch_all(&self.pool)
+                .await
+                .map_err(query_error("listing cluster statuses"))?;
+        rows.into_iter()
+            .map(|(name, status)| Ok((name, parse_status(&status)?)))
+            .collect()
+    }
 }
 
 /// How many events [`Store::prune_history`] deletes per transaction.
@@ -1393,6 +1447,13 @@ async fn upsert_discovered_in_tx(
         }
     }
     Ok(summary)
+}
+
+fn parse_status(text: &str) -> Result<ClusterStatus, StoreError> {
+    ClusterStatus::from_str(text).map_err(|e| StoreError::Corrupt {
+        what: "status",
+        reason: e.to_string(),
+    })
 }
 
 fn not_found(kind: &'static str, name: &str) -> StoreError {

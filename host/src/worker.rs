@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{Notify, Semaphore, watch};
 use tokio::task::JoinSet;
@@ -19,6 +19,7 @@ use vigil_decision::{
     Timestamp,
 };
 
+use crate::metrics::{AUTO_PLUGIN, Metrics};
 use crate::reference::{self, ConnectionMaterial, Reference, Resolution};
 use crate::store::{AppliedProbe, ApplySettings, ClusterRecord, Store, StoreError};
 
@@ -134,6 +135,7 @@ pub struct Worker<P> {
     prober: Arc<P>,
     settings: WorkerSettings,
     wake: Arc<Notify>,
+    metrics: Option<Metrics>,
 }
 
 /// Lets other parts of the engine (discovery, the API) wake the worker when
@@ -171,7 +173,16 @@ impl<P: Prober> Worker<P> {
             prober: Arc::new(prober),
             settings,
             wake: Arc::new(Notify::new()),
+            metrics: None,
         }
+    }
+
+    /// The same worker, recording its probes, transitions, cascades and scheduling
+    /// ticks into `metrics`. Without it the worker records nothing.
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: Metrics) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// A handle to wake the worker.
@@ -193,6 +204,7 @@ impl<P: Prober> Worker<P> {
         tokio::pin!(shutdown);
 
         loop {
+            let tick = Instant::now();
             while let Some(end) = tasks.try_join_next() {
                 stats.count(end);
             }
@@ -214,6 +226,7 @@ impl<P: Prober> Worker<P> {
                         settings: self.settings,
                         in_flight: Arc::clone(&in_flight),
                         stop: stop_rx.clone(),
+                        metrics: self.metrics.clone(),
                     };
                     let span = info_span!("probe", cluster = %cluster.name, plugin = cluster.plugin.as_deref().unwrap_or("auto"));
                     tasks.spawn(
@@ -228,6 +241,9 @@ impl<P: Prober> Worker<P> {
             }
 
             let sleep = self.sleep_until_next_due(&in_flight).await?;
+            if let Some(metrics) = &self.metrics {
+                metrics.record_tick(tick.elapsed());
+            }
             tokio::select! {
                 () = &mut shutdown => break,
                 () = tokio::time::sleep(sleep) => {}
@@ -293,6 +309,7 @@ struct ProbeJob<P> {
     settings: WorkerSettings,
     in_flight: InFlight,
     stop: watch::Receiver<bool>,
+    metrics: Option<Metrics>,
 }
 
 impl<P: Prober> ProbeJob<P> {
@@ -323,6 +340,7 @@ impl<P: Prober> ProbeJob<P> {
         }
 
         let timeout = Duration::from_secs(u64::from(policy.timeout_seconds.max(1)));
+        let probing = Instant::now();
         let probe = probe_cluster(self.prober.as_ref(), &cluster, timeout, self.settings.grace);
         let outcome = tokio::select! {
             outcome = probe => outcome,
@@ -331,6 +349,10 @@ impl<P: Prober> ProbeJob<P> {
                 return ProbeEnd::Abandoned;
             }
         };
+        let elapsed = probing.elapsed();
+        if let Some(metrics) = &self.metrics {
+            metrics.record_probe(plugin_label(&cluster), &outcome, elapsed);
+        }
 
         let now = wall_clock();
         let next_due = next_due.max(now);
@@ -341,6 +363,9 @@ impl<P: Prober> ProbeJob<P> {
         {
             Ok(Some(applied)) => {
                 log_applied(&applied, &outcome);
+                if let Some(metrics) = &self.metrics {
+                    metrics.record_applied(&applied);
+                }
                 ProbeEnd::Applied
             }
             Ok(None) => ProbeEnd::Abandoned,
@@ -357,18 +382,35 @@ impl<P: Prober> ProbeJob<P> {
 /// Probes one cluster once, now, and applies the result under exactly the
 /// rules of the worker (the same resolution, timeout, grace and transaction;
 /// the half-interval spacing keeps an extra probe from shrinking the grace
-/// period). Returns `None` when the cluster disappeared meanwhile.
+/// period). Returns `None` when the cluster disappeared meanwhile. Records
+/// nothing in the metrics: see [`probe_now_recorded`].
 pub async fn probe_now<P: Prober>(
     store: &Store,
     prober: &P,
     settings: &WorkerSettings,
     cluster: &str,
 ) -> Result<Option<(ProbeOutcome, AppliedProbe)>, StoreError> {
+    probe_now_recorded(store, prober, settings, None, cluster).await
+}
+
+/// [`probe_now`], recording the probe and what applying it did into `metrics`
+/// as the worker records its own probes.
+pub async fn probe_now_recorded<P: Prober>(
+    store: &Store,
+    prober: &P,
+    settings: &WorkerSettings,
+    metrics: Option<&Metrics>,
+    cluster: &str,
+) -> Result<Option<(ProbeOutcome, AppliedProbe)>, StoreError> {
     let record = store.cluster(cluster).await?;
     let policy = settings.defaults.with_overrides(&record.policy);
     let started = wall_clock();
     let timeout = Duration::from_secs(u64::from(policy.timeout_seconds.max(1)));
+    let probing = Instant::now();
     let outcome = probe_cluster(prober, &record, timeout, settings.grace).await;
+    if let Some(metrics) = metrics {
+        metrics.record_probe(plugin_label(&record), &outcome, probing.elapsed());
+    }
     let now = wall_clock();
     let next_due = schedule_next(record.id, started, &policy).max(now);
     let applied = store
@@ -376,8 +418,17 @@ pub async fn probe_now<P: Prober>(
         .await?;
     Ok(applied.map(|applied| {
         log_applied(&applied, &outcome);
+        if let Some(metrics) = metrics {
+            metrics.record_applied(&applied);
+        }
         (outcome, applied)
     }))
+}
+
+/// The plugin a probe is labelled with in the metrics: the cluster's explicit
+/// plugin, else [`AUTO_PLUGIN`] (the runtime's routing is not visible here).
+fn plugin_label(cluster: &ClusterRecord) -> &str {
+    cluster.plugin.as_deref().unwrap_or(AUTO_PLUGIN)
 }
 
 /// Resolves the reference on the host and, when it can be probed, asks the

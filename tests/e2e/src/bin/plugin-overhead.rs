@@ -1,0 +1,512 @@
+//! What the plugin runtime costs per probe, in three measures:
+//!
+//! 1. **Instantiate + call**: the `noop` test plugin (answers `healthy` at once, no host
+//!    call) probed through `PluginRuntime` — a fresh store and sandbox, instantiation
+//!    from the plugin's `InstancePre`, the call, the outcome mapping — timed call by call
+//!    after a warm-up; median and p99 in µs.
+//! 2. **Load**: `PluginRuntime::load` of a directory holding the first-party
+//!    `kubeconfig-file` plugin, without a cache (compiling) and with a warm cache (loading
+//!    the compiled artifact), next to the load of an empty directory (the engine and
+//!    linker alone); medians.
+//! 3. **Plugin vs native**: the `kubeconfig-file` plugin and the native Rust prober
+//!    (`NativeProber`) each probing the same fake cluster, sequentially, a fresh TLS
+//!    connection per probe for both. The fake server runs as its own process
+//!    (`fake-kube`), so the process CPU time measured here is the client's alone. Rounds
+//!    alternate native and plugin; the ratio is of the median CPU per probe.
+//!
+//! ```text
+//! scripts/build-plugins
+//! cargo build --release -p vigil-fake-kube -p vigil-e2e
+//! target/release/plugin-overhead
+//! ```
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use vigil::discovery::{Sources, discover};
+use vigil::reference::{Reference, Resolution, resolve};
+use vigil::runtime::{CacheStatus, PluginRuntime, RuntimeSettings};
+use vigil::worker::{ProbeTarget, Prober};
+use vigil_decision::{ClusterId, ProbeOutcome};
+use vigil_e2e::NativeProber;
+
+/// The repository root, where `plugins.d/` and `target/test-plugins/` are.
+const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+
+struct Options {
+    calls: usize,
+    warmup: usize,
+    loads: usize,
+    cold_loads: usize,
+    probes: usize,
+    rounds: usize,
+    address_block: u8,
+    server: PathBuf,
+    plugins: PathBuf,
+    test_plugins: PathBuf,
+    only: Option<String>,
+}
+
+const USAGE: &str = "plugin-overhead [--calls 10000] [--warmup 1000] [--loads 20] [--cold-loads 5] \
+[--probes 500] [--rounds 5] [--address-block 79] [--server PATH] [--plugins DIR] [--test-plugins DIR] \
+[--only calls|loads|probes]";
+
+fn options() -> Result<Options, String> {
+    let root = Path::new(ROOT);
+    let mut options = Options {
+        calls: 10_000,
+        warmup: 1_000,
+        loads: 20,
+        cold_loads: 5,
+        probes: 500,
+        rounds: 5,
+        address_block: 79,
+        server: std::env::current_exe()
+            .map_err(|e| e.to_string())?
+            .with_file_name("fake-kube"),
+        plugins: root.join("plugins.d"),
+        test_plugins: root.join("target/test-plugins"),
+        only: None,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        if flag == "--help" || flag == "-h" {
+            return Err(USAGE.to_owned());
+        }
+        let value = args
+            .next()
+            .ok_or(format!("{flag} needs a value\n{USAGE}"))?;
+        let number = || {
+            value
+                .parse::<usize>()
+                .map_err(|_| format!("{flag}: not a number: {value}"))
+        };
+        match flag.as_str() {
+            "--calls" => options.calls = number()?.max(1),
+            "--warmup" => options.warmup = number()?,
+            "--loads" => options.loads = number()?.max(1),
+            "--cold-loads" => options.cold_loads = number()?.max(1),
+            "--probes" => options.probes = number()?.max(1),
+            "--rounds" => options.rounds = number()?.max(1),
+            "--address-block" => {
+                options.address_block = value
+                    .parse()
+                    .map_err(|_| format!("{flag}: not an octet: {value}"))?;
+            }
+            "--server" => options.server = PathBuf::from(value),
+            "--plugins" => options.plugins = PathBuf::from(value),
+            "--test-plugins" => options.test_plugins = PathBuf::from(value),
+            "--only" if ["calls", "loads", "probes"].contains(&value.as_str()) => {
+                options.only = Some(value);
+            }
+            _ => return Err(format!("unknown flag {flag}\n{USAGE}")),
+        }
+    }
+    Ok(options)
+}
+
+/// A scratch directory, removed at the end however the benchmark ends.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Kills the fake server when the benchmark ends, however it ends.
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A plugin directory `dir` holding `source` (a built `.wasm`) as `NAME.wasm`, with
+/// `grants` as its `NAME.toml`.
+fn plugin_dir(dir: &Path, name: &str, source: &Path, grants: &str) -> Result<PathBuf, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    std::fs::copy(source, dir.join(format!("{name}.wasm")))
+        .map_err(|e| format!("{} (run scripts/build-plugins): {e}", source.display()))?;
+    std::fs::write(dir.join(format!("{name}.toml")), grants).map_err(|e| e.to_string())?;
+    Ok(dir.to_path_buf())
+}
+
+async fn load(plugins: &Path, cache: Option<&Path>) -> Result<(PluginRuntime, Duration), String> {
+    let started = Instant::now();
+    let (runtime, report) = PluginRuntime::load(&RuntimeSettings {
+        plugin_dir: plugins.to_path_buf(),
+        cache_dir: cache.map(Path::to_path_buf),
+        concurrency: 4,
+        credential_dirs: Vec::new(),
+    })
+    .await
+    .map_err(|e| e.to_string())?;
+    let elapsed = started.elapsed();
+    if let Some(refused) = report.refused.first() {
+        return Err(refused.to_string());
+    }
+    Ok((runtime, elapsed))
+}
+
+/// The `q` quantile (0..=1) of sorted values, nearest rank.
+fn quantile<T: Copy>(sorted: &[T], q: f64) -> T {
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn median_duration(mut values: Vec<Duration>) -> Duration {
+    values.sort();
+    quantile(&values, 0.5)
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    quantile(&values, 0.5)
+}
+
+fn micros(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1e6
+}
+
+fn millis(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1e3
+}
+
+/// CPU time (user + system, every thread) of this process.
+fn process_cpu() -> Duration {
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    Duration::new(
+        u64::try_from(now.tv_sec).unwrap_or(0),
+        u32::try_from(now.tv_nsec).unwrap_or(0),
+    )
+}
+
+/// 1. Instantiate + call of the noop plugin, per call.
+async fn instantiate_and_call(options: &Options, scratch: &Path) -> Result<Vec<String>, String> {
+    let plugins = plugin_dir(
+        &scratch.join("noop"),
+        "noop",
+        &options.test_plugins.join("noop.wasm"),
+        "",
+    )?;
+    let (runtime, _) = load(&plugins, None).await?;
+    let target = ProbeTarget {
+        cluster: ClusterId(1),
+        name: "noop".to_owned(),
+        endpoint: "https://127.0.0.1:9".to_owned(),
+        reference: Reference::parse("/nonexistent/kubeconfig#noop").map_err(|e| e.to_string())?,
+        connection: None,
+        plugin: Some("noop".to_owned()),
+        timeout: Duration::from_secs(10),
+        labels: Default::default(),
+        parameters: Default::default(),
+    };
+    for _ in 0..options.warmup {
+        runtime.probe(&target).await;
+    }
+    let mut times = Vec::with_capacity(options.calls);
+    let mut unhealthy = 0usize;
+    let cpu_before = process_cpu();
+    let wall_before = Instant::now();
+    for _ in 0..options.calls {
+        let started = Instant::now();
+        let outcome = runtime.probe(&target).await;
+        times.push(started.elapsed());
+        if outcome != ProbeOutcome::Healthy {
+            unhealthy += 1;
+        }
+    }
+    let cpu = process_cpu().saturating_sub(cpu_before);
+    let wall = wall_before.elapsed();
+    if unhealthy > 0 {
+        return Err(format!("{unhealthy} noop calls were not healthy"));
+    }
+    times.sort();
+    let n = times.len();
+    let mean = times.iter().sum::<Duration>() / u32::try_from(n).unwrap_or(u32::MAX);
+    Ok(vec![
+        format!("| calls (after {} warm-up) | {n} |", options.warmup),
+        format!("| median (µs) | {:.1} |", micros(quantile(&times, 0.5))),
+        format!("| p90 (µs) | {:.1} |", micros(quantile(&times, 0.9))),
+        format!(
+            "| **p99 (µs)** (goal ≤ 50) | **{:.1}** |",
+            micros(quantile(&times, 0.99))
+        ),
+        format!("| p99.9 (µs) | {:.1} |", micros(quantile(&times, 0.999))),
+        format!("| max (µs) | {:.1} |", micros(times[n - 1])),
+        format!("| mean (µs) | {:.1} |", micros(mean)),
+        format!(
+            "| process CPU per call (µs) | {:.1} |",
+            micros(cpu) / n as f64
+        ),
+        format!(
+            "| calls per second (one at a time) | {:.0} |",
+            n as f64 / wall.as_secs_f64()
+        ),
+    ])
+}
+
+/// 2. Load times: empty directory, compiling, warm cache.
+async fn load_times(options: &Options, scratch: &Path) -> Result<Vec<String>, String> {
+    let empty = scratch.join("empty");
+    std::fs::create_dir_all(&empty).map_err(|e| e.to_string())?;
+    let source = options.plugins.join("kubeconfig-file.wasm");
+    let grants = std::fs::read_to_string(options.plugins.join("kubeconfig-file.toml"))
+        .map_err(|e| format!("kubeconfig-file.toml (run scripts/build-plugins): {e}"))?;
+    let plugins = plugin_dir(
+        &scratch.join("kubeconfig-file"),
+        "kubeconfig-file",
+        &source,
+        &grants,
+    )?;
+    let size = std::fs::metadata(&source).map_err(|e| e.to_string())?.len();
+    let cache = scratch.join("cache");
+
+    let mut base = Vec::new();
+    for _ in 0..options.loads {
+        base.push(load(&empty, None).await?.1);
+    }
+    let mut cold = Vec::new();
+    for _ in 0..options.cold_loads {
+        cold.push(load(&plugins, None).await?.1);
+    }
+    // Fill the cache, then load from it.
+    let (runtime, _) = load(&plugins, Some(&cache)).await?;
+    if runtime.plugins()[0].cache != CacheStatus::Miss {
+        return Err(format!(
+            "first cached load: {:?}",
+            runtime.plugins()[0].cache
+        ));
+    }
+    drop(runtime);
+    let mut warm = Vec::new();
+    for _ in 0..options.loads {
+        let (runtime, elapsed) = load(&plugins, Some(&cache)).await?;
+        let status = runtime.plugins()[0].cache;
+        if status != CacheStatus::Hit {
+            return Err(format!("warm load: {status:?}, expected a hit"));
+        }
+        warm.push(elapsed);
+    }
+    let artifact_size: u64 = std::fs::read_dir(cache.join("components-v1"))
+        .map_err(|e| e.to_string())?
+        .filter_map(Result::ok)
+        .filter_map(|entry| entry.metadata().ok())
+        .map(|metadata| metadata.len())
+        .sum();
+    let (base, cold, warm) = (
+        median_duration(base),
+        median_duration(cold),
+        median_duration(warm),
+    );
+    Ok(vec![
+        format!(
+            "| plugin file / cached artifact (KiB) | {} / {} |",
+            size / 1024,
+            artifact_size / 1024
+        ),
+        format!(
+            "| load, empty plugin directory: engine and linker only (ms, median of {}) | {:.2} |",
+            options.loads,
+            millis(base)
+        ),
+        format!(
+            "| load, no cache: compile (ms, median of {}) | {:.2} |",
+            options.cold_loads,
+            millis(cold)
+        ),
+        format!(
+            "| **load, warm cache: hit (ms, median of {})** | **{:.2}** |",
+            options.loads,
+            millis(warm)
+        ),
+        format!(
+            "| plugin's own share, compile vs hit (ms) | {:.2} vs {:.2} |",
+            millis(cold.saturating_sub(base)),
+            millis(warm.saturating_sub(base))
+        ),
+    ])
+}
+
+/// 3. The kubeconfig-file plugin against the native prober, on one fake cluster served
+///    by a child process.
+async fn plugin_vs_native(options: &Options, scratch: &Path) -> Result<Vec<String>, String> {
+    let kubeconfigs = scratch.join("kubeconfigs");
+    let mut child = Command::new(&options.server)
+        .args(["--clusters", "1", "--shape", "embedded", "--port", "6443"])
+        .args(["--address-block", &options.address_block.to_string()])
+        .args(["--control", "127.0.0.1:0"])
+        .arg("--kubeconfig-dir")
+        .arg(&kubeconfigs)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", options.server.display()))?;
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let server = Server(child);
+    let mut ready = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut ready)
+        .map_err(|e| e.to_string())?;
+    if !ready.starts_with("fake-kube ready") {
+        return Err(format!("the fake server did not start: {ready:?}"));
+    }
+
+    let report = discover(&Sources::new([], Some(kubeconfigs)));
+    let cluster = report.clusters.first().ok_or("no cluster discovered")?;
+    let reference = Reference::parse(&cluster.reference).map_err(|e| e.to_string())?;
+    let Resolution::Connection(material) = resolve(&reference) else {
+        return Err("the fake cluster's kubeconfig does not resolve".to_owned());
+    };
+    let target = ProbeTarget {
+        cluster: ClusterId(1),
+        name: cluster.name.clone(),
+        endpoint: material.server.clone(),
+        reference,
+        connection: Some(material),
+        plugin: Some("kubeconfig-file".to_owned()),
+        timeout: Duration::from_secs(5),
+        labels: Default::default(),
+        parameters: Default::default(),
+    };
+
+    let source = options.plugins.join("kubeconfig-file.wasm");
+    let grants = std::fs::read_to_string(options.plugins.join("kubeconfig-file.toml"))
+        .map_err(|e| e.to_string())?;
+    let plugins = plugin_dir(&scratch.join("probe"), "kubeconfig-file", &source, &grants)?;
+    let (runtime, _) = load(&plugins, None).await?;
+    let native = NativeProber::default();
+
+    // What the loaded runtime costs at rest (its epoch ticker), counted in both.
+    let idle_before = process_cpu();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let idle = process_cpu().saturating_sub(idle_before);
+
+    let warmup = (options.probes / 10).max(20);
+    for _ in 0..warmup {
+        expect_healthy("native", &native.probe(&target).await)?;
+        expect_healthy("plugin", &runtime.probe(&target).await)?;
+    }
+
+    let mut native_cpu = Vec::new();
+    let mut plugin_cpu = Vec::new();
+    let mut native_wall = Vec::new();
+    let mut plugin_wall = Vec::new();
+    for _ in 0..options.rounds {
+        let (cpu, mut walls) = round(options.probes, "native", || native.probe(&target)).await?;
+        native_cpu.push(cpu);
+        native_wall.append(&mut walls);
+        let (cpu, mut walls) = round(options.probes, "plugin", || runtime.probe(&target)).await?;
+        plugin_cpu.push(cpu);
+        plugin_wall.append(&mut walls);
+    }
+    drop(server);
+
+    let rounds_text = |values: &[f64]| {
+        values
+            .iter()
+            .map(|v| format!("{v:.0}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let native_rounds = rounds_text(&native_cpu);
+    let plugin_rounds = rounds_text(&plugin_cpu);
+    let native_cpu = median(native_cpu);
+    let plugin_cpu = median(plugin_cpu);
+    let (native_wall, plugin_wall) = (median_duration(native_wall), median_duration(plugin_wall));
+    Ok(vec![
+        format!(
+            "| probes | {} rounds × {} per prober, alternating, after {warmup} warm-up each |",
+            options.rounds, options.probes
+        ),
+        format!("| native: client CPU per probe (µs), per round | {native_rounds} |"),
+        format!("| plugin: client CPU per probe (µs), per round | {plugin_rounds} |"),
+        format!("| native: client CPU per probe (µs), median | {native_cpu:.0} |"),
+        format!("| plugin: client CPU per probe (µs), median | {plugin_cpu:.0} |"),
+        format!(
+            "| **CPU ratio plugin / native** (goal ≤ 1.2) | **{:.2}** |",
+            plugin_cpu / native_cpu
+        ),
+        format!(
+            "| wall time per probe, median: native / plugin (µs) | {:.0} / {:.0} |",
+            micros(native_wall),
+            micros(plugin_wall)
+        ),
+        format!(
+            "| runtime at rest (epoch ticker), CPU per second (µs) | {:.0} |",
+            micros(idle)
+        ),
+    ])
+}
+
+fn expect_healthy(who: &str, outcome: &ProbeOutcome) -> Result<(), String> {
+    if *outcome == ProbeOutcome::Healthy {
+        Ok(())
+    } else {
+        Err(format!("{who} probe: {outcome:?}"))
+    }
+}
+
+/// `probes` sequential probes; the process CPU per probe in µs, and each probe's wall time.
+async fn round<F, Fut>(probes: usize, who: &str, probe: F) -> Result<(f64, Vec<Duration>), String>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = ProbeOutcome>,
+{
+    let mut walls = Vec::with_capacity(probes);
+    let before = process_cpu();
+    for _ in 0..probes {
+        let started = Instant::now();
+        let outcome = probe().await;
+        walls.push(started.elapsed());
+        expect_healthy(who, &outcome)?;
+    }
+    let cpu = process_cpu().saturating_sub(before);
+    Ok((micros(cpu) / probes as f64, walls))
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() -> Result<(), String> {
+    let options = options()?;
+    let scratch =
+        Scratch(std::env::temp_dir().join(format!("plugin-overhead-{}", std::process::id())));
+    std::fs::create_dir_all(&scratch.0).map_err(|e| e.to_string())?;
+
+    let wanted = |part: &str| options.only.as_deref().is_none_or(|only| only == part);
+    let mut sections = Vec::new();
+    if wanted("calls") {
+        eprintln!("instantiate + call of the noop plugin…");
+        let rows = instantiate_and_call(&options, &scratch.0).await?;
+        sections.push(("Instantiate + call, noop plugin", rows));
+    }
+    if wanted("loads") {
+        eprintln!("load times of kubeconfig-file…");
+        let rows = load_times(&options, &scratch.0).await?;
+        sections.push(("Load of kubeconfig-file", rows));
+    }
+    if wanted("probes") {
+        eprintln!("kubeconfig-file plugin vs native prober on a fake cluster…");
+        let rows = plugin_vs_native(&options, &scratch.0).await?;
+        sections.push((
+            "kubeconfig-file plugin vs native, fresh TLS per probe, client CPU",
+            rows,
+        ));
+    }
+
+    let cores = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
+    println!("plugin-overhead ({cores} cores available)\n");
+    for (title, rows) in sections {
+        println!("### {title}\n\n| measure | value |\n|---|---|");
+        for row in rows {
+            println!("{row}");
+        }
+        println!();
+    }
+    Ok(())
+}
