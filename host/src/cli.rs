@@ -34,6 +34,55 @@ pub enum Command {
     /// Exit codes: 0 stopped cleanly (SIGINT/SIGTERM), 1 runtime error,
     /// 2 invalid settings, 3 another engine already uses the database.
     Serve(ServeArgs),
+
+    /// Preview discovery without writing anything: `vigil discover --dry-run`.
+    ///
+    /// Reads the kubeconfig sources exactly as `vigil serve` would (the same
+    /// settings and variables; FILE… given here replaces them) and prints every
+    /// context found — name, API server, source file and whether vigil can probe
+    /// it — and what `vigil serve` would do with it in the database: insert,
+    /// update (and which field), leave unchanged, keep (a manually registered
+    /// cluster of that name exists) or ignore (deleted through the API). Clashes
+    /// and malformed files are listed with their reason. The database is never
+    /// written, and not created when it does not exist. It may run beside a
+    /// running `vigil serve`. No credential is ever printed.
+    ///
+    /// The engine discovers by itself, at start-up and whenever a kubeconfig
+    /// changes: this command only previews, so `--dry-run` is required.
+    ///
+    /// Exit codes: 0 preview printed (malformed files and clashes are part of the
+    /// preview), 1 error (the database cannot be read, or its schema is not this
+    /// vigil's), 2 invalid settings or `--dry-run` missing.
+    Discover(DiscoverArgs),
+}
+
+/// Settings of `vigil discover`.
+#[derive(Debug, Clone, Args)]
+pub struct DiscoverArgs {
+    /// Only preview (required: the engine itself discovers; nothing here writes).
+    #[arg(long = "dry-run")]
+    pub dry_run: bool,
+
+    /// Output format: a table for people, JSON for programs.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+
+    /// Kubeconfig files to read instead of KUBECONFIG_PATH, $KUBECONFIG and KUBECONFIG_DIR.
+    #[arg(value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+
+    /// Where kubeconfigs and the database are.
+    #[command(flatten)]
+    pub sources: SourceArgs,
+}
+
+/// How a command prints its result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// A table for people.
+    Table,
+    /// JSON for programs.
+    Json,
 }
 
 /// Whether the mass-failure brake may engage.
@@ -114,32 +163,9 @@ pub struct ServeArgs {
           value_enum, default_value_t = BrakeSwitch::On)]
     pub brake: BrakeSwitch,
 
-    /// Kubeconfig files to discover, `:`-separated [default: $KUBECONFIG, else ~/.kube/config].
-    #[arg(
-        long = "kubeconfig-path",
-        env = "KUBECONFIG_PATH",
-        value_name = "KUBECONFIG_PATH"
-    )]
-    pub kubeconfig_path: Option<OsString>,
-
-    /// A directory whose every file is a kubeconfig (e.g. a mounted Secret).
-    #[arg(
-        long = "kubeconfig-dir",
-        env = "KUBECONFIG_DIR",
-        value_name = "KUBECONFIG_DIR"
-    )]
-    pub kubeconfig_dir: Option<PathBuf>,
-
-    /// The database [default: a SQLite file `vigil.db` in the working directory].
-    #[arg(
-        long = "database-url",
-        env = "DATABASE_URL",
-        value_name = "DATABASE_URL",
-        default_value = "sqlite://vigil.db",
-        hide_env_values = true,
-        hide_default_value = false
-    )]
-    pub database_url: String,
+    /// Where kubeconfigs and the database are.
+    #[command(flatten)]
+    pub sources: SourceArgs,
 
     /// The plugin directory: `NAME.wasm` probe plugins and their `NAME.toml` grants.
     #[arg(
@@ -181,9 +207,12 @@ pub struct ServeArgs {
           value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 
-    /// kubectl's own variable, read when KUBECONFIG_PATH is unset.
-    #[arg(long = "kubeconfig", env = "KUBECONFIG", hide = true)]
-    pub kubeconfig_env: Option<OsString>,
+    /// Days the transition history is kept; older events and closed outages are pruned
+    /// every hour (an open outage and its events are always kept).
+    #[arg(long = "history-retention-days", env = "VIGIL_HISTORY_RETENTION_DAYS",
+          value_name = "VIGIL_HISTORY_RETENTION_DAYS", default_value_t = 30,
+          value_parser = clap::value_parser!(u32).range(1..=36_500))]
+    pub history_retention_days: u32,
 
     /// The REST API.
     #[command(flatten)]
@@ -192,6 +221,68 @@ pub struct ServeArgs {
     /// The XDG base directory for caches, read when VIGIL_CACHE_DIR is unset.
     #[arg(long = "xdg-cache-home", env = "XDG_CACHE_HOME", hide = true)]
     pub xdg_cache_home: Option<PathBuf>,
+}
+
+/// Where kubeconfigs are and which database holds the clusters: the settings that
+/// `vigil serve` and `vigil discover --dry-run` share, so that a preview reads
+/// exactly what the engine would.
+#[derive(Debug, Clone, Args)]
+pub struct SourceArgs {
+    /// Kubeconfig files to discover, `:`-separated [default: $KUBECONFIG, else ~/.kube/config].
+    #[arg(
+        long = "kubeconfig-path",
+        env = "KUBECONFIG_PATH",
+        value_name = "KUBECONFIG_PATH"
+    )]
+    pub kubeconfig_path: Option<OsString>,
+
+    /// A directory whose every file is a kubeconfig (e.g. a mounted Secret).
+    #[arg(
+        long = "kubeconfig-dir",
+        env = "KUBECONFIG_DIR",
+        value_name = "KUBECONFIG_DIR"
+    )]
+    pub kubeconfig_dir: Option<PathBuf>,
+
+    /// The database [default: a SQLite file `vigil.db` in the working directory].
+    #[arg(
+        long = "database-url",
+        env = "DATABASE_URL",
+        value_name = "DATABASE_URL",
+        default_value = "sqlite://vigil.db",
+        hide_env_values = true,
+        hide_default_value = false
+    )]
+    pub database_url: String,
+
+    /// kubectl's own variable, read when KUBECONFIG_PATH is unset.
+    #[arg(long = "kubeconfig", env = "KUBECONFIG", hide = true)]
+    pub kubeconfig_env: Option<OsString>,
+}
+
+impl SourceArgs {
+    /// Where discovery looks, as the engine sees it.
+    pub fn discovery_settings(&self, home_dir: Option<PathBuf>) -> DiscoverySettings {
+        DiscoverySettings {
+            kubeconfig_path: self.kubeconfig_path.clone().filter(|p| !p.is_empty()),
+            kubeconfig_env: self.kubeconfig_env.clone().filter(|p| !p.is_empty()),
+            home_dir,
+            kubeconfig_dir: self.kubeconfig_dir.clone(),
+        }
+    }
+
+    /// The SQLite file `DATABASE_URL` names (`None` for an in-memory database), or
+    /// why the URL cannot be used.
+    pub fn database_path(&self) -> Result<Option<PathBuf>, SettingError> {
+        sqlite_path(&self.database_url).map_err(|error| SettingError {
+            variable: "DATABASE_URL",
+            value: redact_url(&self.database_url),
+            reason: match error {
+                crate::store::StoreError::UnsupportedUrl { reason, .. } => reason,
+                other => other.to_string(),
+            },
+        })
+    }
 }
 
 fn parse_ratio(text: &str) -> Result<f64, String> {
@@ -247,19 +338,14 @@ pub struct EngineConfig {
     pub api: ApiConfig,
     /// Whether metrics have one series per cluster.
     pub metrics_per_cluster: bool,
+    /// Days the transition history is kept (see [`crate::retention`]).
+    pub history_retention_days: u32,
 }
 
 impl ServeArgs {
     /// Checks the settings that clap cannot check alone.
     pub fn engine_config(&self, home_dir: Option<PathBuf>) -> Result<EngineConfig, SettingError> {
-        let database_path = sqlite_path(&self.database_url).map_err(|error| SettingError {
-            variable: "DATABASE_URL",
-            value: redact_url(&self.database_url),
-            reason: match error {
-                crate::store::StoreError::UnsupportedUrl { reason, .. } => reason,
-                other => other.to_string(),
-            },
-        })?;
+        let database_path = self.sources.database_path()?;
         let defaults = HealthPolicy {
             interval_seconds: self.interval,
             timeout_seconds: self.timeout,
@@ -281,13 +367,8 @@ impl ServeArgs {
             },
             brake_window_explicit: self.mass_failure_window.is_some(),
             concurrency: usize::try_from(self.concurrency).unwrap_or(64),
-            discovery: DiscoverySettings {
-                kubeconfig_path: self.kubeconfig_path.clone().filter(|p| !p.is_empty()),
-                kubeconfig_env: self.kubeconfig_env.clone().filter(|p| !p.is_empty()),
-                home_dir,
-                kubeconfig_dir: self.kubeconfig_dir.clone(),
-            },
-            database_url: self.database_url.clone(),
+            discovery: self.sources.discovery_settings(home_dir),
+            database_url: self.sources.database_url.clone(),
             database_path,
             plugin_dir: self.plugin_dir.clone(),
             cache_dir,
@@ -301,6 +382,7 @@ impl ServeArgs {
             log_format: self.log_format,
             api: self.api.config()?,
             metrics_per_cluster: self.metrics_per_cluster,
+            history_retention_days: self.history_retention_days,
         })
     }
 

@@ -4,9 +4,11 @@
 pub mod api;
 pub mod cli;
 pub mod discovery;
+pub mod discovery_preview;
 pub mod lock;
 pub mod metrics;
 pub mod reference;
+pub mod retention;
 pub mod runtime;
 pub mod serve;
 pub mod store;

@@ -265,6 +265,11 @@ async fn run<P: Prober>(
     let started = wall_clock();
     run_discovery(&store, &sources, &handle).await?;
     readiness.discovered.store(true, Ordering::Release);
+    let retention = tokio::spawn(crate::retention::retention_loop(
+        store.clone(),
+        config.history_retention_days,
+        std::future::pending::<()>(),
+    ));
     let catch_up = tokio::spawn(watch_catch_up(
         store.clone(),
         started,
@@ -302,6 +307,8 @@ async fn run<P: Prober>(
         .await;
     rediscovery.abort();
     catch_up.abort();
+    // A prune pass is a series of short transactions: stopping between two loses nothing.
+    retention.abort();
     match tokio::time::timeout(API_DRAIN, api).await {
         Ok(Ok(Err(error))) => warn!(%error, "the REST API stopped with an error"),
         Ok(_) => {}

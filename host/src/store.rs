@@ -390,6 +390,19 @@ pub struct UpsertSummary {
     pub kept_manual: Vec<String>,
     /// Deleted through the API earlier: not re-added.
     pub ignored: Vec<String>,
+    /// For each cluster of `updated`, the fields that changed.
+    pub changes: BTreeMap<String, Vec<FieldChange>>,
+}
+
+/// One field of a discovered cluster that an upsert changes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FieldChange {
+    /// `endpoint` or `reference`.
+    pub field: &'static str,
+    /// The stored value.
+    pub from: String,
+    /// The value discovery found.
+    pub to: String,
 }
 
 /// The settings under which probe results are applied.
@@ -417,6 +430,27 @@ pub struct AppliedProbe {
     pub brake: Option<BrakeAssessment>,
     /// The brake's verdict before this probe.
     pub brake_before: BrakeVerdict,
+}
+
+/// The schema migrations, embedded at build time.
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
+/// A database opened by [`Store::open_existing`].
+#[derive(Debug)]
+pub enum ExistingDatabase {
+    /// Its schema is this vigil's.
+    Ready(Store),
+    /// It holds no table at all: `vigil serve` would create the schema, and every
+    /// discovered cluster would be new.
+    Blank,
+    /// Its schema is not this vigil's (older: `vigil serve` would migrate it first;
+    /// newer, or foreign: `vigil serve` would refuse it).
+    SchemaMismatch {
+        /// The migration versions applied to it.
+        applied: Vec<i64>,
+        /// This vigil's migration versions.
+        expected: Vec<i64>,
+    },
 }
 
 /// Handle on the database. Cheap to clone.
@@ -494,7 +528,7 @@ impl Store {
                 url: redact_url(url),
                 source,
             })?;
-        sqlx::migrate!("./migrations")
+        MIGRATOR
             .run(&pool)
             .await
             .map_err(|source| StoreError::Migrate {
@@ -502,6 +536,72 @@ impl Store {
                 source,
             })?;
         Ok(Self { pool })
+    }
+
+    /// Opens a database that must already exist, for a preview that must never write
+    /// it: the file is not created, its journal mode is left as it is and no
+    /// migration runs. Says whether its schema is this vigil's, so that a plan made
+    /// on it is the plan `vigil serve` would carry out.
+    pub async fn open_existing(url: &str) -> Result<ExistingDatabase, StoreError> {
+        sqlite_path(url)?;
+        let open_error = |source| StoreError::Open {
+            url: redact_url(url),
+            source,
+        };
+        let options = SqliteConnectOptions::from_str(url)
+            .map_err(open_error)?
+            .create_if_missing(false)
+            .busy_timeout(Duration::from_secs(10))
+            .foreign_keys(true);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(30))
+            .connect_with(options)
+            .await
+            .map_err(open_error)?;
+        let store = Self { pool };
+        match store.schema_versions().await {
+            Ok(state) => {
+                if let ExistingDatabase::Ready(_) = state {
+                    return Ok(ExistingDatabase::Ready(store));
+                }
+                store.close().await;
+                Ok(state)
+            }
+            Err(error) => {
+                store.close().await;
+                Err(error)
+            }
+        }
+    }
+
+    /// Compares the migrations applied to this database with this vigil's.
+    async fn schema_versions(&self) -> Result<ExistingDatabase, StoreError> {
+        let tables: Vec<String> =
+            sqlx::query_scalar("SELECT name FROM sqlite_master WHERE type = 'table'")
+                .fetch_all(&self.pool)
+                .await
+                .map_err(query_error("reading the schema"))?;
+        if tables.is_empty() {
+            return Ok(ExistingDatabase::Blank);
+        }
+        let expected: Vec<i64> = MIGRATOR.iter().map(|m| m.version).collect();
+        let applied: Vec<i64> = if tables.iter().any(|t| t == "_sqlx_migrations") {
+            sqlx::query_scalar(
+                "SELECT version FROM _sqlx_migrations WHERE success ORDER BY version",
+            )
+            .fetch_all(&self.pool)
+            .await
+            .map_err(query_error("reading the applied migrations"))?
+        } else {
+            Vec::new()
+        };
+        if applied == expected {
+            // The store is handed out by the caller, which owns the pool.
+            Ok(ExistingDatabase::Ready(self.clone()))
+        } else {
+            Ok(ExistingDatabase::SchemaMismatch { applied, expected })
+        }
     }
 
     /// Opens the SQLite file at `path`.
@@ -538,84 +638,26 @@ impl Store {
         now: Timestamp,
     ) -> Result<UpsertSummary, StoreError> {
         let mut tx = self.begin_write().await?;
-        let mut summary = UpsertSummary::default();
-        for cluster in clusters {
-            let existing: Option<(i64, String, bool, String, String)> = sqlx::query_as(
-                "SELECT id, source, ignored, endpoint, kubeconfig_secret_ref \
-                 FROM clusters WHERE name = ?",
-            )
-            .bind(&cluster.name)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(query_error("reading a discovered cluster"))?;
-            let name = cluster.name.clone();
-            match existing {
-                None => {
-                    let id: i64 = sqlx::query_scalar(
-                        "INSERT INTO clusters (name, endpoint, kubeconfig_secret_ref, source, \
-                         next_due, first_seen, updated_at) \
-                         VALUES (?, ?, ?, 'discovered', ?, ?, ?) RETURNING id",
-                    )
-                    .bind(&cluster.name)
-                    .bind(&cluster.endpoint)
-                    .bind(&cluster.reference)
-                    .bind(now.0)
-                    .bind(now.0)
-                    .bind(now.0)
-                    .fetch_one(&mut *tx)
-                    .await
-                    .map_err(query_error("inserting a discovered cluster"))?;
-                    insert_event(
-                        &mut tx,
-                        now,
-                        Some((id, &cluster.name)),
-                        None,
-                        "cluster-discovered",
-                        &serde_json::json!({ "endpoint": cluster.endpoint, "reference": cluster.reference }),
-                        None,
-                    )
-                    .await?;
-                    summary.inserted.push(name);
-                }
-                Some((_, source, _, _, _)) if source == ClusterSource::Manual.as_str() => {
-                    summary.kept_manual.push(name);
-                }
-                Some((_, _, true, _, _)) => summary.ignored.push(name),
-                Some((id, _, false, endpoint, reference))
-                    if endpoint != cluster.endpoint || reference != cluster.reference =>
-                {
-                    sqlx::query(
-                        "UPDATE clusters SET endpoint = ?, kubeconfig_secret_ref = ?, \
-                         updated_at = ? WHERE id = ?",
-                    )
-                    .bind(&cluster.endpoint)
-                    .bind(&cluster.reference)
-                    .bind(now.0)
-                    .bind(id)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(query_error("updating a discovered cluster"))?;
-                    insert_event(
-                        &mut tx,
-                        now,
-                        Some((id, &cluster.name)),
-                        None,
-                        "cluster-rediscovered",
-                        &serde_json::json!({
-                            "endpoint": { "from": endpoint, "to": cluster.endpoint },
-                            "reference": { "from": reference, "to": cluster.reference },
-                        }),
-                        None,
-                    )
-                    .await?;
-                    summary.updated.push(name);
-                }
-                Some(_) => summary.unchanged.push(name),
-            }
-        }
+        let summary = upsert_discovered_in_tx(&mut tx, clusters, now).await?;
         tx.commit()
             .await
             .map_err(query_error("committing discovery"))?;
+        Ok(summary)
+    }
+
+    /// What [`Store::upsert_discovered`] would do with `clusters`, without doing it:
+    /// the very same upsert runs in a transaction that is then rolled back, so the
+    /// plan cannot drift from what the engine does. Nothing is ever committed.
+    pub async fn plan_discovered(
+        &self,
+        clusters: &[DiscoveredClusterRow],
+        now: Timestamp,
+    ) -> Result<UpsertSummary, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let summary = upsert_discovered_in_tx(&mut tx, clusters, now).await?;
+        tx.rollback()
+            .await
+            .map_err(query_error("rolling back a discovery plan"))?;
         Ok(summary)
     }
 
@@ -1207,6 +1249,62 @@ impl Store {
         .map_err(query_error("listing events"))
     }
 
+    /// Deletes the history older than `before` (DESIGN §1): events, then closed
+    /// outages. Kept whatever their age: the events of an open outage (those that
+    /// name it, and those of its cluster since it opened), the open outage itself,
+    /// and every outage that an app's degraded-by marker, a cluster or a kept
+    /// event still points at. Deployments are records of what was deployed, not
+    /// history, and are never pruned.
+    ///
+    /// Events go in batches of [`PRUNE_BATCH`], each in its own short
+    /// transaction, so a large backlog never holds the write lock long enough to
+    /// delay the health worker.
+    pub async fn prune_history(&self, before: Timestamp) -> Result<PrunedHistory, StoreError> {
+        let mut pruned = PrunedHistory::default();
+        loop {
+            let mut tx = self.begin_write().await?;
+            let done = sqlx::query(
+                "DELETE FROM events WHERE id IN (\
+                   SELECT e.id FROM events e WHERE e.at < ? \
+                   AND NOT EXISTS (SELECT 1 FROM outages o \
+                     WHERE o.id = e.outage_id AND o.closed_at IS NULL) \
+                   AND NOT EXISTS (SELECT 1 FROM outages o \
+                     WHERE o.cluster_id = e.cluster_id AND o.closed_at IS NULL AND e.at >= o.opened_at) \
+                   ORDER BY e.id LIMIT ?)",
+            )
+            .bind(before.0)
+            .bind(PRUNE_BATCH)
+            .execute(&mut *tx)
+            .await
+            .map_err(query_error("pruning events"))?;
+            tx.commit()
+                .await
+                .map_err(query_error("committing pruned events"))?;
+            pruned.events += done.rows_affected();
+            if done.rows_affected() < PRUNE_BATCH.unsigned_abs() {
+                break;
+            }
+            // Let the worker's writes in between two batches.
+            tokio::task::yield_now().await;
+        }
+        let mut tx = self.begin_write().await?;
+        let done = sqlx::query(
+            "DELETE FROM outages WHERE closed_at IS NOT NULL AND closed_at < ? \
+             AND id NOT IN (SELECT degraded_by_outage FROM apps WHERE degraded_by_outage IS NOT NULL) \
+             AND id NOT IN (SELECT open_outage_id FROM clusters WHERE open_outage_id IS NOT NULL) \
+             AND id NOT IN (SELECT outage_id FROM events WHERE outage_id IS NOT NULL)",
+        )
+        .bind(before.0)
+        .execute(&mut *tx)
+        .await
+        .map_err(query_error("pruning outages"))?;
+        tx.commit()
+            .await
+            .map_err(query_error("committing pruned outages"))?;
+        pruned.outages = done.rows_affected();
+        Ok(pruned)
+    }
+
     // Aggregates for the metrics, read at each scrape: one query each, whatever the
     // fleet's size. Ignored clusters (deleted through the API) are not counted.
 
@@ -1260,6 +1358,117 @@ impl Store {
             .map(|(name, status)| Ok((name, parse_status(&status)?)))
             .collect()
     }
+}
+
+/// How many events [`Store::prune_history`] deletes per transaction.
+pub const PRUNE_BATCH: i64 = 5_000;
+
+/// What [`Store::prune_history`] deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct PrunedHistory {
+    /// Events deleted.
+    pub events: u64,
+    /// Closed outages deleted.
+    pub outages: u64,
+}
+
+/// The upsert of discovered clusters inside the caller's transaction, shared by
+/// [`Store::upsert_discovered`] (which commits) and [`Store::plan_discovered`]
+/// (which rolls back).
+async fn upsert_discovered_in_tx(
+    tx: &mut Transaction<'static, Sqlite>,
+    clusters: &[DiscoveredClusterRow],
+    now: Timestamp,
+) -> Result<UpsertSummary, StoreError> {
+    let mut summary = UpsertSummary::default();
+    for cluster in clusters {
+        let existing: Option<(i64, String, bool, String, String)> = sqlx::query_as(
+            "SELECT id, source, ignored, endpoint, kubeconfig_secret_ref \
+             FROM clusters WHERE name = ?",
+        )
+        .bind(&cluster.name)
+        .fetch_optional(&mut **tx)
+        .await
+        .map_err(query_error("reading a discovered cluster"))?;
+        let name = cluster.name.clone();
+        match existing {
+            None => {
+                let id: i64 = sqlx::query_scalar(
+                    "INSERT INTO clusters (name, endpoint, kubeconfig_secret_ref, source, \
+                     next_due, first_seen, updated_at) \
+                     VALUES (?, ?, ?, 'discovered', ?, ?, ?) RETURNING id",
+                )
+                .bind(&cluster.name)
+                .bind(&cluster.endpoint)
+                .bind(&cluster.reference)
+                .bind(now.0)
+                .bind(now.0)
+                .bind(now.0)
+                .fetch_one(&mut **tx)
+                .await
+                .map_err(query_error("inserting a discovered cluster"))?;
+                insert_event(
+                    tx,
+                    now,
+                    Some((id, &cluster.name)),
+                    None,
+                    "cluster-discovered",
+                    &serde_json::json!({ "endpoint": cluster.endpoint, "reference": cluster.reference }),
+                    None,
+                )
+                .await?;
+                summary.inserted.push(name);
+            }
+            Some((_, source, _, _, _)) if source == ClusterSource::Manual.as_str() => {
+                summary.kept_manual.push(name);
+            }
+            Some((_, _, true, _, _)) => summary.ignored.push(name),
+            Some((id, _, false, endpoint, reference))
+                if endpoint != cluster.endpoint || reference != cluster.reference =>
+            {
+                sqlx::query(
+                    "UPDATE clusters SET endpoint = ?, kubeconfig_secret_ref = ?, \
+                     updated_at = ? WHERE id = ?",
+                )
+                .bind(&cluster.endpoint)
+                .bind(&cluster.reference)
+                .bind(now.0)
+                .bind(id)
+                .execute(&mut **tx)
+                .await
+                .map_err(query_error("updating a discovered cluster"))?;
+                insert_event(
+                    tx,
+                    now,
+                    Some((id, &cluster.name)),
+                    None,
+                    "cluster-rediscovered",
+                    &serde_json::json!({
+                        "endpoint": { "from": endpoint, "to": cluster.endpoint },
+                        "reference": { "from": reference, "to": cluster.reference },
+                    }),
+                    None,
+                )
+                .await?;
+                let changes = [
+                    ("endpoint", endpoint, &cluster.endpoint),
+                    ("reference", reference, &cluster.reference),
+                ]
+                .into_iter()
+                .filter(|(_, from, to)| from != *to)
+                .map(|(field, from, to)| FieldChange {
+                    field,
+                    from,
+                    to: to.clone(),
+                })
+                .collect();
+                summary.changes.insert(name.clone(), changes);
+                summary.updated.push(name);
+            }
+            Some(_) => summary.unchanged.push(name),
+        }
+    }
+    Ok(summary)
 }
 
 fn parse_status(text: &str) -> Result<ClusterStatus, StoreError> {

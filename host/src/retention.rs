@@ -1,0 +1,61 @@
+//! History retention (DESIGN §1, `VIGIL_HISTORY_RETENTION_DAYS`): the transition
+//! history older than the retention is pruned at start-up and then every hour.
+//! What may and may not be pruned is the store's rule ([`Store::prune_history`]);
+//! this module only says when.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tracing::{info, warn};
+use vigil_decision::Timestamp;
+
+use crate::store::Store;
+use crate::worker::{error_chain, wall_clock};
+
+/// How often the history is pruned after the first time at start-up.
+pub const PRUNE_EVERY: Duration = Duration::from_secs(3600);
+
+const MILLIS_PER_DAY: i64 = 86_400_000;
+
+/// The oldest moment kept when the history is kept `days` days as of `now`.
+pub fn retention_cutoff(now: Timestamp, days: u32) -> Timestamp {
+    now.plus_millis(-i64::from(days).saturating_mul(MILLIS_PER_DAY))
+}
+
+/// Prunes the history older than `days` days now, then every [`PRUNE_EVERY`],
+/// until `shutdown` completes. A failed pass is logged and the next one runs as
+/// planned: retention is housekeeping and never stops the engine.
+pub async fn retention_loop(store: Store, days: u32, shutdown: impl Future<Output = ()>) {
+    let passes = async {
+        let mut every = tokio::time::interval(PRUNE_EVERY);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            // The first tick completes at once: prune at start-up.
+            every.tick().await;
+            prune_once(&store, days).await;
+        }
+    };
+    tokio::select! {
+        () = passes => {}
+        () = shutdown => {}
+    }
+}
+
+/// One pruning pass, logged.
+async fn prune_once(store: &Store, days: u32) {
+    let before = retention_cutoff(wall_clock(), days);
+    match store.prune_history(before).await {
+        Ok(pruned) if pruned.events > 0 || pruned.outages > 0 => info!(
+            retention_days = days,
+            events = pruned.events,
+            outages = pruned.outages,
+            "history pruned"
+        ),
+        Ok(_) => {}
+        Err(error) => warn!(
+            retention_days = days,
+            error = %error_chain(&error),
+            "pruning the history failed; retrying at the next pass"
+        ),
+    }
+}
