@@ -54,6 +54,113 @@ pub enum Command {
     /// preview), 1 error (the database cannot be read, or its schema is not this
     /// vigil's), 2 invalid settings or `--dry-run` missing.
     Discover(DiscoverArgs),
+
+    /// Show every cluster of a running `vigil serve`: `vigil status`.
+    ///
+    /// Asks the server's REST API (VIGIL_SERVER, default http://127.0.0.1:8080) for
+    /// its clusters and prints one line each: name, status (ONLINE / OFFLINE /
+    /// UNKNOWN), conditions, the last probe's outcome and reason class, when it was
+    /// last probed, and the plugin chosen for it (`auto`: routed by priority).
+    /// `-o json` prints the clusters as the API returns them, as one JSON array.
+    ///
+    /// When the server requires a token for reads, set VIGIL_API_TOKEN; it is sent
+    /// as a bearer token and never printed.
+    ///
+    /// Exit codes: 0 clusters printed, 1 error (server unreachable, or it answered
+    /// with a problem: its title, detail and field are printed), 2 invalid settings.
+    Status(StatusArgs),
+
+    /// Probe one cluster now and print the outcome: `vigil probe CLUSTER`.
+    ///
+    /// Without --apply nothing is written anywhere: vigil loads the plugin directory
+    /// as `vigil serve` does (the same settings and variables), finds the cluster in
+    /// the database (read only; it may run beside a running `vigil serve`) or, when
+    /// the database does not exist or does not know it, among the contexts of the
+    /// kubeconfig sources, and probes it once exactly as the engine would: the same
+    /// reference resolution, plugin routing, and timeout (the cluster's policy in
+    /// force). It prints the outcome, its reason class and message, and how long the
+    /// probe took. The cluster's status is not changed.
+    ///
+    /// With --apply the running server probes it (POST
+    /// /api/v1/clusters/CLUSTER/probe on VIGIL_SERVER, with VIGIL_API_TOKEN) and
+    /// records the outcome under the engine's rules: counted failures, transitions,
+    /// cascades to apps. The database is never written behind the engine's back.
+    ///
+    /// Exit codes: 0 the probe ran and the cluster is healthy, 1 error (no such
+    /// cluster, server unreachable, or it answered with a problem), 2 invalid
+    /// settings, 3 the probe ran and the outcome is not healthy (unhealthy,
+    /// credentials-rejected, not-probeable or inconclusive).
+    Probe(ProbeArgs),
+}
+
+/// How to reach a running `vigil serve`: the settings that `vigil status` and
+/// `vigil probe --apply` share.
+#[derive(Debug, Clone, Args)]
+pub struct ServerArgs {
+    /// The URL of the running vigil's REST API (http:// or https://).
+    #[arg(
+        long = "server",
+        env = "VIGIL_SERVER",
+        value_name = "VIGIL_SERVER",
+        default_value = "http://127.0.0.1:8080"
+    )]
+    pub server: String,
+
+    /// The bearer token sent to the server (prefer the variable: a flag shows in `ps`).
+    #[arg(
+        long = "api-token",
+        env = "VIGIL_API_TOKEN",
+        value_name = "VIGIL_API_TOKEN",
+        hide_env_values = true
+    )]
+    pub token: Option<String>,
+}
+
+/// Settings of `vigil status`.
+#[derive(Debug, Clone, Args)]
+pub struct StatusArgs {
+    /// Output format: a table for people, JSON for programs.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+
+    /// Which server to ask.
+    #[command(flatten)]
+    pub server: ServerArgs,
+}
+
+/// Settings of `vigil probe`.
+#[derive(Debug, Clone, Args)]
+pub struct ProbeArgs {
+    /// The cluster's name (for a discovered cluster, its context's name).
+    #[arg(value_name = "CLUSTER")]
+    pub cluster: String,
+
+    /// Have the running server probe it and record the outcome (needs VIGIL_SERVER and,
+    /// when the server has tokens, VIGIL_API_TOKEN).
+    #[arg(long = "apply")]
+    pub apply: bool,
+
+    /// Output format: a few lines for people, JSON for programs.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+
+    /// The server, with --apply.
+    #[command(flatten)]
+    pub server: ServerArgs,
+
+    /// Seconds a probe may take, unless the cluster's own policy says otherwise (without
+    /// --apply; the server uses its own).
+    #[arg(long = "timeout", env = "CLUSTER_HEALTH_TIMEOUT", value_name = "CLUSTER_HEALTH_TIMEOUT",
+          default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=3600))]
+    pub timeout: u32,
+
+    /// Where kubeconfigs and the database are (without --apply).
+    #[command(flatten)]
+    pub sources: SourceArgs,
+
+    /// The probe plugins (without --apply).
+    #[command(flatten)]
+    pub plugins: PluginArgs,
 }
 
 /// Settings of `vigil discover`.
@@ -167,33 +274,9 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub sources: SourceArgs,
 
-    /// The plugin directory: `NAME.wasm` probe plugins and their `NAME.toml` grants.
-    #[arg(
-        long = "plugin-dir",
-        env = "VIGIL_PLUGIN_DIR",
-        value_name = "VIGIL_PLUGIN_DIR",
-        default_value = "plugins.d"
-    )]
-    pub plugin_dir: PathBuf,
-
-    /// More directories under which credential files may lie, `:`-separated (file
-    /// references of manually registered clusters and `file:///` plugin parameters; the
-    /// kubeconfig sources are always allowed).
-    #[arg(
-        long = "credential-dirs",
-        env = "VIGIL_CREDENTIAL_DIRS",
-        value_name = "VIGIL_CREDENTIAL_DIRS",
-        value_delimiter = ':'
-    )]
-    pub credential_dirs: Vec<PathBuf>,
-
-    /// Where compiled plugins are cached [default: $XDG_CACHE_HOME/vigil, else ~/.cache/vigil].
-    #[arg(
-        long = "cache-dir",
-        env = "VIGIL_CACHE_DIR",
-        value_name = "VIGIL_CACHE_DIR"
-    )]
-    pub cache_dir: Option<PathBuf>,
+    /// The probe plugins and where they may read credentials.
+    #[command(flatten)]
+    pub plugins: PluginArgs,
 
     /// One metrics series per cluster (`vigil_cluster_status`); off by default, so that
     /// 10,000 clusters do not make 10,000 series.
@@ -217,10 +300,6 @@ pub struct ServeArgs {
     /// The REST API.
     #[command(flatten)]
     pub api: ApiArgs,
-
-    /// The XDG base directory for caches, read when VIGIL_CACHE_DIR is unset.
-    #[arg(long = "xdg-cache-home", env = "XDG_CACHE_HOME", hide = true)]
-    pub xdg_cache_home: Option<PathBuf>,
 }
 
 /// Where kubeconfigs are and which database holds the clusters: the settings that
@@ -285,6 +364,108 @@ impl SourceArgs {
     }
 }
 
+/// The probe plugins and where they may read credentials: the settings that `vigil serve`
+/// and `vigil probe` share, so that a one-off probe runs the plugins the engine runs.
+#[derive(Debug, Clone, Args)]
+pub struct PluginArgs {
+    /// The plugin directory: `NAME.wasm` probe plugins and their `NAME.toml` grants.
+    #[arg(
+        long = "plugin-dir",
+        env = "VIGIL_PLUGIN_DIR",
+        value_name = "VIGIL_PLUGIN_DIR",
+        default_value = "plugins.d"
+    )]
+    pub plugin_dir: PathBuf,
+
+    /// More directories under which credential files may lie, `:`-separated (file
+    /// references of manually registered clusters and `file:///` plugin parameters; the
+    /// kubeconfig sources are always allowed).
+    #[arg(
+        long = "credential-dirs",
+        env = "VIGIL_CREDENTIAL_DIRS",
+        value_name = "VIGIL_CREDENTIAL_DIRS",
+        value_delimiter = ':'
+    )]
+    pub credential_dirs: Vec<PathBuf>,
+
+    /// Where compiled plugins are cached [default: $XDG_CACHE_HOME/vigil, else ~/.cache/vigil].
+    #[arg(
+        long = "cache-dir",
+        env = "VIGIL_CACHE_DIR",
+        value_name = "VIGIL_CACHE_DIR"
+    )]
+    pub cache_dir: Option<PathBuf>,
+
+    /// The XDG base directory for caches, read when VIGIL_CACHE_DIR is unset.
+    #[arg(long = "xdg-cache-home", env = "XDG_CACHE_HOME", hide = true)]
+    pub xdg_cache_home: Option<PathBuf>,
+}
+
+/// The probe plugins' settings, checked.
+#[derive(Debug, Clone)]
+pub struct PluginConfig {
+    /// The plugin directory.
+    pub plugin_dir: PathBuf,
+    /// The compiled-plugin cache; `None` when no location could be derived.
+    pub cache_dir: Option<PathBuf>,
+    /// Directories (besides the kubeconfig sources) under which credential files may lie.
+    pub credential_dirs: Vec<PathBuf>,
+}
+
+impl PluginArgs {
+    /// Checks the settings that clap cannot check alone.
+    pub fn config(&self, home_dir: Option<&Path>) -> Result<PluginConfig, SettingError> {
+        Ok(PluginConfig {
+            plugin_dir: self.plugin_dir.clone(),
+            cache_dir: self.cache_dir(home_dir)?,
+            credential_dirs: self
+                .credential_dirs
+                .iter()
+                .filter(|p| !p.as_os_str().is_empty())
+                .cloned()
+                .map(crate::discovery::absolute)
+                .collect(),
+        })
+    }
+
+    /// The compiled-plugin cache: `VIGIL_CACHE_DIR`, else `$XDG_CACHE_HOME/vigil` (an
+    /// absolute `XDG_CACHE_HOME` only, as the XDG specification says), else
+    /// `~/.cache/vigil`. It must not lie inside the plugin directory: that directory
+    /// holds what operators drop in, the cache only what vigil wrote itself.
+    fn cache_dir(&self, home_dir: Option<&Path>) -> Result<Option<PathBuf>, SettingError> {
+        let explicit = self.cache_dir.clone().filter(|p| !p.as_os_str().is_empty());
+        let cache_dir = explicit.clone().or_else(|| {
+            self.xdg_cache_home
+                .as_ref()
+                .filter(|p| p.is_absolute())
+                .map(|p| p.join("vigil"))
+                .or_else(|| home_dir.map(|home| home.join(".cache").join("vigil")))
+        });
+        if let Some(dir) = &cache_dir
+            && crate::reference::lies_under(dir, std::slice::from_ref(&self.plugin_dir))
+        {
+            return Err(SettingError {
+                variable: if explicit.is_some() {
+                    "VIGIL_CACHE_DIR"
+                } else {
+                    "VIGIL_PLUGIN_DIR"
+                },
+                value: if explicit.is_some() {
+                    dir.display().to_string()
+                } else {
+                    self.plugin_dir.display().to_string()
+                },
+                reason: format!(
+                    "the compiled-plugin cache {} would lie inside the plugin directory {}; keep them apart",
+                    dir.display(),
+                    self.plugin_dir.display()
+                ),
+            });
+        }
+        Ok(cache_dir)
+    }
+}
+
 fn parse_ratio(text: &str) -> Result<f64, String> {
     let value: f64 = text
         .trim()
@@ -326,12 +507,8 @@ pub struct EngineConfig {
     pub database_url: String,
     /// The SQLite file, if the URL names one.
     pub database_path: Option<PathBuf>,
-    /// The plugin directory.
-    pub plugin_dir: PathBuf,
-    /// The compiled-plugin cache; `None` when no location could be derived.
-    pub cache_dir: Option<PathBuf>,
-    /// Directories (besides the kubeconfig sources) under which credential files may lie.
-    pub credential_dirs: Vec<PathBuf>,
+    /// The probe plugins.
+    pub plugins: PluginConfig,
     /// Log format.
     pub log_format: LogFormat,
     /// The REST API's settings.
@@ -356,7 +533,7 @@ impl ServeArgs {
             disabled: false,
         };
         let window = self.mass_failure_window.unwrap_or(self.interval);
-        let cache_dir = self.cache_dir(home_dir.as_deref())?;
+        let plugins = self.plugins.config(home_dir.as_deref())?;
         Ok(EngineConfig {
             defaults,
             brake: BrakeConfig {
@@ -370,57 +547,12 @@ impl ServeArgs {
             discovery: self.sources.discovery_settings(home_dir),
             database_url: self.sources.database_url.clone(),
             database_path,
-            plugin_dir: self.plugin_dir.clone(),
-            cache_dir,
-            credential_dirs: self
-                .credential_dirs
-                .iter()
-                .filter(|p| !p.as_os_str().is_empty())
-                .cloned()
-                .map(crate::discovery::absolute)
-                .collect(),
+            plugins,
             log_format: self.log_format,
             api: self.api.config()?,
             metrics_per_cluster: self.metrics_per_cluster,
             history_retention_days: self.history_retention_days,
         })
-    }
-
-    /// The compiled-plugin cache: `VIGIL_CACHE_DIR`, else `$XDG_CACHE_HOME/vigil` (an
-    /// absolute `XDG_CACHE_HOME` only, as the XDG specification says), else
-    /// `~/.cache/vigil`. It must not lie inside the plugin directory: that directory
-    /// holds what operators drop in, the cache only what vigil wrote itself.
-    fn cache_dir(&self, home_dir: Option<&Path>) -> Result<Option<PathBuf>, SettingError> {
-        let explicit = self.cache_dir.clone().filter(|p| !p.as_os_str().is_empty());
-        let cache_dir = explicit.clone().or_else(|| {
-            self.xdg_cache_home
-                .as_ref()
-                .filter(|p| p.is_absolute())
-                .map(|p| p.join("vigil"))
-                .or_else(|| home_dir.map(|home| home.join(".cache").join("vigil")))
-        });
-        if let Some(dir) = &cache_dir
-            && crate::reference::lies_under(dir, std::slice::from_ref(&self.plugin_dir))
-        {
-            return Err(SettingError {
-                variable: if explicit.is_some() {
-                    "VIGIL_CACHE_DIR"
-                } else {
-                    "VIGIL_PLUGIN_DIR"
-                },
-                value: if explicit.is_some() {
-                    dir.display().to_string()
-                } else {
-                    self.plugin_dir.display().to_string()
-                },
-                reason: format!(
-                    "the compiled-plugin cache {} would lie inside the plugin directory {}; keep them apart",
-                    dir.display(),
-                    self.plugin_dir.display()
-                ),
-            });
-        }
-        Ok(cache_dir)
     }
 }
 

@@ -499,7 +499,11 @@ impl DiscoveryPreview {
 }
 
 /// Writes aligned columns; the last one is not padded.
-fn write_table<const N: usize>(out: &mut String, header: &[String; N], rows: &[[String; N]]) {
+pub(crate) fn write_table<const N: usize>(
+    out: &mut String,
+    header: &[String; N],
+    rows: &[[String; N]],
+) {
     let mut widths = [0usize; N];
     for row in std::iter::once(header).chain(rows) {
         for (width, cell) in widths.iter_mut().zip(row) {

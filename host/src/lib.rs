@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod cli;
+pub mod client;
 pub mod discovery;
 pub mod discovery_preview;
 pub mod lock;

@@ -1,15 +1,30 @@
 //! The `vigil` binary: parses the command line and runs the engine.
 
+use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::process::ExitCode;
+use std::time::{Duration, Instant, SystemTime};
 
 use clap::Parser;
+use serde_json::json;
 use tracing_subscriber::EnvFilter;
-use vigil::cli::{Cli, Command, DiscoverArgs, LogFormat, OutputFormat};
-use vigil::discovery::Sources;
+use vigil::cli::{
+    Cli, Command, DiscoverArgs, LogFormat, OutputFormat, ProbeArgs, ServerArgs, StatusArgs,
+};
+use vigil::client::{ApiClient, ClientError, status_table};
+use vigil::discovery::{self, Sources};
 use vigil::discovery_preview::preview;
-use vigil::serve::{ServeError, serve_with_plugins};
-use vigil::worker::{error_chain, wall_clock};
+use vigil::serve::{ServeError, load_plugins, serve_with_plugins};
+use vigil::store::{ClusterRecord, ClusterSource, ExistingDatabase, Store, StoreError};
+use vigil::worker::{WorkerSettings, error_chain, probe_once, wall_clock};
+use vigil_decision::{BrakeConfig, ClusterHealth, ClusterId, HealthPolicy, ProbeOutcome};
+
+/// Exit code: the command could not do its work.
+const EXIT_ERROR: u8 = 1;
+/// Exit code: invalid settings or arguments (clap uses it too).
+const EXIT_SETTINGS: u8 = 2;
+/// Exit code of `vigil probe`: the probe ran and the outcome is not healthy.
+const EXIT_NOT_HEALTHY: u8 = 3;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -22,7 +37,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            init_logging(config.log_format);
+            init_logging(config.log_format, "info");
             let runtime = match tokio::runtime::Runtime::new() {
                 Ok(runtime) => runtime,
                 Err(error) => {
@@ -46,7 +61,310 @@ fn main() -> ExitCode {
             }
         }
         Command::Discover(args) => discover(&args),
+        Command::Status(args) => status(&args),
+        Command::Probe(args) => probe(&args),
     }
+}
+
+/// Writes `text` to stdout; a closed pipe (`| head`) is not an error of the command.
+fn print(text: &str) {
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+}
+
+fn async_runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|error| {
+            eprintln!("error: cannot start the async runtime: {error}");
+            ExitCode::from(EXIT_ERROR)
+        })
+}
+
+fn api_client(server: &ServerArgs) -> Result<ApiClient, ExitCode> {
+    ApiClient::new(&server.server, server.token.as_deref()).map_err(|error| {
+        eprintln!("error: {error}");
+        ExitCode::from(EXIT_SETTINGS)
+    })
+}
+
+/// Prints a failed call to the server; a problem's title, detail and field each on
+/// their own line.
+fn client_failed(error: &ClientError) -> ExitCode {
+    match error {
+        ClientError::Problem { url, problem } => {
+            eprintln!(
+                "error: vigil at {url} refused the request (HTTP {})",
+                problem.status
+            );
+            eprintln!("  title:  {}", problem.title);
+            if !problem.detail.is_empty() {
+                eprintln!("  detail: {}", problem.detail);
+            }
+            if let Some(field) = &problem.field {
+                eprintln!("  field:  {field}");
+            }
+        }
+        other => eprintln!("error: {other}"),
+    }
+    ExitCode::from(EXIT_ERROR)
+}
+
+/// `vigil status`: the clusters of a running server.
+fn status(args: &StatusArgs) -> ExitCode {
+    let client = match api_client(&args.server) {
+        Ok(client) => client,
+        Err(code) => return code,
+    };
+    let runtime = match async_runtime() {
+        Ok(runtime) => runtime,
+        Err(code) => return code,
+    };
+    match runtime.block_on(client.clusters()) {
+        Ok(clusters) => {
+            match args.output {
+                OutputFormat::Table => print(&status_table(&clusters, SystemTime::now())),
+                OutputFormat::Json => print(&(json_text(&serde_json::Value::Array(clusters)))),
+            }
+            ExitCode::SUCCESS
+        }
+        Err(error) => client_failed(&error),
+    }
+}
+
+fn json_text(value: &serde_json::Value) -> String {
+    serde_json::to_string_pretty(value).unwrap_or_default() + "\n"
+}
+
+/// `vigil probe CLUSTER [--apply]`.
+fn probe(args: &ProbeArgs) -> ExitCode {
+    if args.apply {
+        return probe_through_server(args);
+    }
+    let home_dir = std::env::home_dir();
+    let plugins = match args.plugins.config(home_dir.as_deref()) {
+        Ok(plugins) => plugins,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::from(EXIT_SETTINGS);
+        }
+    };
+    let database_path = match args.sources.database_path() {
+        Ok(path) => path,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::from(EXIT_SETTINGS);
+        }
+    };
+    let discovery_settings = args.sources.discovery_settings(home_dir);
+    // Plugin loading and probing log what they refuse or find wrong; a one-off command
+    // shows warnings unless RUST_LOG asks for more.
+    init_logging(LogFormat::Text, "warn");
+    let runtime = match async_runtime() {
+        Ok(runtime) => runtime,
+        Err(code) => return code,
+    };
+    runtime.block_on(async {
+        let database = database_path
+            .as_deref()
+            .map(|path| (args.sources.database_url.as_str(), path));
+        let found = match find_cluster(&args.cluster, database, &discovery_settings).await {
+            Ok(Some(found)) => found,
+            Ok(None) => {
+                eprintln!(
+                    "error: no cluster named `{}`: it is neither in the database nor a context of \
+                     the kubeconfig sources (see `vigil discover --dry-run`)",
+                    args.cluster
+                );
+                return ExitCode::from(EXIT_ERROR);
+            }
+            Err(error) => {
+                eprintln!("error: {}", error_chain(&error));
+                return ExitCode::from(EXIT_ERROR);
+            }
+        };
+        let prober = match load_plugins(&plugins, &discovery_settings, 1).await {
+            Ok(prober) => prober,
+            Err(error) => {
+                eprintln!("error: {}", error_chain(&error));
+                return ExitCode::from(EXIT_ERROR);
+            }
+        };
+        let defaults = HealthPolicy {
+            timeout_seconds: args.timeout,
+            ..HealthPolicy::default()
+        };
+        // Nothing is applied: the brake plays no part in a probe that records nothing.
+        let brake = BrakeConfig {
+            enabled: false,
+            ratio: 1.0,
+            min_failed: 1,
+            window_millis: 0,
+        };
+        let settings = WorkerSettings::new(defaults, brake, 1);
+        let started = Instant::now();
+        let outcome = probe_once(&prober, &found.record, &settings).await;
+        let elapsed = started.elapsed();
+        print(&match args.output {
+            OutputFormat::Table => probe_text(&found, &outcome, elapsed),
+            OutputFormat::Json => json_text(&json!({
+                "cluster": found.record.name,
+                "found_in": found.origin,
+                "outcome": outcome.label(),
+                "reason_class": outcome.class().map(|c| c.as_str()),
+                "message": outcome.message(),
+                "elapsed_ms": u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+                "applied": false,
+            })),
+        });
+        outcome_code(outcome.label())
+    })
+}
+
+/// A cluster to probe, and where it was found.
+struct FoundCluster {
+    record: ClusterRecord,
+    /// `the database` or `kubeconfig FILE`.
+    origin: String,
+}
+
+/// The cluster named `name`: from the database when it exists and knows it (opened
+/// without creating or migrating it, and only read), else from the contexts of the
+/// kubeconfig sources.
+async fn find_cluster(
+    name: &str,
+    database: Option<(&str, &std::path::Path)>,
+    discovery_settings: &discovery::DiscoverySettings,
+) -> Result<Option<FoundCluster>, StoreError> {
+    if let Some((url, path)) = database
+        && path.exists()
+        && let ExistingDatabase::Ready(store) = Store::open_existing(url).await?
+    {
+        let record = store.cluster(name).await;
+        store.close().await;
+        match record {
+            Ok(record) => {
+                return Ok(Some(FoundCluster {
+                    record,
+                    origin: "the database".to_owned(),
+                }));
+            }
+            Err(StoreError::NotFound { .. }) => {}
+            Err(error) => return Err(error),
+        }
+    }
+    let sources = Sources::from_settings(discovery_settings);
+    let report = tokio::task::spawn_blocking(move || discovery::discover(&sources))
+        .await
+        .unwrap_or_default();
+    let Some(cluster) = report.clusters.into_iter().find(|c| c.name == name) else {
+        return Ok(None);
+    };
+    let now = wall_clock();
+    let origin = format!("kubeconfig {}", cluster.source_file.display());
+    Ok(Some(FoundCluster {
+        record: ClusterRecord {
+            // Never stored: a one-off probe of a cluster the database does not know.
+            id: ClusterId(0),
+            name: cluster.name,
+            endpoint: cluster.endpoint,
+            kubeconfig_secret_ref: cluster.reference,
+            source: ClusterSource::Discovered,
+            ignored: false,
+            plugin: None,
+            labels: BTreeMap::new(),
+            parameters: BTreeMap::new(),
+            policy: vigil_decision::PolicyOverrides::default(),
+            health: ClusterHealth::new(now),
+            next_due: now,
+            last_outcome: None,
+            last_reason: None,
+            last_reason_class: None,
+        },
+        origin,
+    }))
+}
+
+fn probe_text(found: &FoundCluster, outcome: &ProbeOutcome, elapsed: Duration) -> String {
+    let mut text = format!(
+        "cluster:  {} (from {})\noutcome:  {}\n",
+        found.record.name,
+        found.origin,
+        outcome.label()
+    );
+    if let Some(class) = outcome.class() {
+        text.push_str(&format!("reason:   {}\n", class.as_str()));
+    }
+    if let Some(message) = outcome.message() {
+        text.push_str(&format!("message:  {message}\n"));
+    }
+    text.push_str(&format!("elapsed:  {} ms\n", elapsed.as_millis()));
+    text.push_str(
+        "Nothing was recorded: --apply has the running server probe it and record the outcome.\n",
+    );
+    text
+}
+
+/// The exit code for an outcome's label.
+fn outcome_code(label: &str) -> ExitCode {
+    if label == "healthy" {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_NOT_HEALTHY)
+    }
+}
+
+/// `vigil probe CLUSTER --apply`: the running server probes and records.
+fn probe_through_server(args: &ProbeArgs) -> ExitCode {
+    let client = match api_client(&args.server) {
+        Ok(client) => client,
+        Err(code) => return code,
+    };
+    let runtime = match async_runtime() {
+        Ok(runtime) => runtime,
+        Err(code) => return code,
+    };
+    let started = Instant::now();
+    let answer = match runtime.block_on(client.probe(&args.cluster)) {
+        Ok(answer) => answer,
+        Err(error) => return client_failed(&error),
+    };
+    let elapsed = started.elapsed();
+    let Some(outcome) = answer["outcome"].as_str() else {
+        eprintln!(
+            "error: unexpected answer from {}: no `outcome` in the probe result",
+            client.url()
+        );
+        return ExitCode::from(EXIT_ERROR);
+    };
+    match args.output {
+        OutputFormat::Table => {
+            let mut text = format!(
+                "cluster:  {}\noutcome:  {outcome}\n",
+                answer["cluster"]["name"].as_str().unwrap_or(&args.cluster)
+            );
+            if let Some(class) = answer["reason_class"].as_str() {
+                text.push_str(&format!("reason:   {class}\n"));
+            }
+            if let Some(message) = answer["message"].as_str() {
+                text.push_str(&format!("message:  {message}\n"));
+            }
+            if let Some(status) = answer["cluster"]["status"].as_str() {
+                text.push_str(&format!(
+                    "status:   {status} (after the outcome was recorded)\n"
+                ));
+            }
+            text.push_str(&format!(
+                "elapsed:  {} ms (the request to {})\n",
+                elapsed.as_millis(),
+                client.url()
+            ));
+            print(&text);
+        }
+        OutputFormat::Json => print(&json_text(&answer)),
+    }
+    outcome_code(outcome)
 }
 
 /// `vigil discover --dry-run`: prints what discovery finds and what `vigil serve`
@@ -107,8 +425,10 @@ fn discover(args: &DiscoverArgs) -> ExitCode {
     }
 }
 
-fn init_logging(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+/// Logs to stderr, at `default_level` unless `RUST_LOG` says otherwise.
+fn init_logging(format: LogFormat, default_level: &str) {
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -12,8 +12,8 @@ use tokio::sync::mpsc;
 use tracing::{info, warn};
 
 use crate::api::{Access, ApiState, PluginCatalog, PluginView, Readiness, TokensError};
-use crate::cli::{DISCOVERY_DEBOUNCE, EngineConfig};
-use crate::discovery::{self, Sources};
+use crate::cli::{DISCOVERY_DEBOUNCE, EngineConfig, PluginConfig};
+use crate::discovery::{self, DiscoverySettings, Sources};
 use crate::lock::{DatabaseLock, LockError};
 use crate::metrics::Metrics;
 use crate::reference::{self, Reference};
@@ -92,7 +92,7 @@ impl Prober for EngineProber {
     }
 }
 
-/// Runs the engine with the plugins of `config.plugin_dir` until `shutdown`
+/// Runs the engine with the plugins of `config.plugins.plugin_dir` until `shutdown`
 /// completes. The database lock is taken before anything is compiled, so a
 /// second engine on the same database stops at once.
 pub async fn serve_with_plugins(
@@ -100,38 +100,44 @@ pub async fn serve_with_plugins(
     shutdown: impl Future<Output = ()>,
 ) -> Result<WorkerStats, ServeError> {
     let _lock = lock(config)?;
-    let prober = load_plugins(config).await?;
+    let prober = load_plugins(&config.plugins, &config.discovery, config.concurrency).await?;
     run(config, prober.clone(), Arc::new(prober), shutdown).await
 }
 
-/// Loads the plugin directory. A missing directory is not an error (vigil runs
-/// and reports every cluster not probeable); an unreadable one is. A refused
-/// plugin is logged with its file and reason, and the others load.
-pub async fn load_plugins(config: &EngineConfig) -> Result<EngineProber, ServeError> {
-    if !config.plugin_dir.exists() {
+/// Loads the plugin directory, sized for `concurrency` probes at once. A missing
+/// directory is not an error (vigil runs and reports every cluster not probeable); an
+/// unreadable one is. A refused plugin is logged with its file and reason, and the
+/// others load. Credential files may lie under the kubeconfig sources of `discovery`
+/// and the plugin settings' credential directories.
+pub async fn load_plugins(
+    plugins: &PluginConfig,
+    discovery: &DiscoverySettings,
+    concurrency: usize,
+) -> Result<EngineProber, ServeError> {
+    if !plugins.plugin_dir.exists() {
         warn!(
-            plugin_dir = %config.plugin_dir.display(),
+            plugin_dir = %plugins.plugin_dir.display(),
             "the plugin directory does not exist: no probe plugin is loaded, so no cluster can be probed \
              (build the first-party plugins with scripts/build-plugins, or set VIGIL_PLUGIN_DIR)"
         );
         return Ok(EngineProber::None(NoPlugins));
     }
     let settings = RuntimeSettings {
-        plugin_dir: config.plugin_dir.clone(),
-        cache_dir: config.cache_dir.clone(),
-        concurrency: u32::try_from(config.concurrency).unwrap_or(u32::MAX),
-        credential_dirs: credential_roots(config),
+        plugin_dir: plugins.plugin_dir.clone(),
+        cache_dir: plugins.cache_dir.clone(),
+        concurrency: u32::try_from(concurrency).unwrap_or(u32::MAX),
+        credential_dirs: credential_roots(discovery, &plugins.credential_dirs),
     };
     let (runtime, report) = PluginRuntime::load(&settings).await?;
     if report.loaded.is_empty() {
         warn!(
-            plugin_dir = %config.plugin_dir.display(),
+            plugin_dir = %plugins.plugin_dir.display(),
             refused = report.refused.len(),
             "no probe plugin loaded: no cluster can be probed"
         );
     } else {
         info!(
-            plugin_dir = %config.plugin_dir.display(),
+            plugin_dir = %plugins.plugin_dir.display(),
             loaded = report.loaded.len(),
             refused = report.refused.len(),
             plugins = %report.loaded.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", "),
@@ -143,14 +149,17 @@ pub async fn load_plugins(config: &EngineConfig) -> Result<EngineProber, ServeEr
 
 /// Where credential files may lie (DESIGN §3): the kubeconfig files and directory that
 /// discovery reads, and `VIGIL_CREDENTIAL_DIRS`.
-pub fn credential_roots(config: &EngineConfig) -> Vec<std::path::PathBuf> {
-    let sources = Sources::from_settings(&config.discovery);
+pub fn credential_roots(
+    discovery: &DiscoverySettings,
+    credential_dirs: &[std::path::PathBuf],
+) -> Vec<std::path::PathBuf> {
+    let sources = Sources::from_settings(discovery);
     sources
         .files()
         .iter()
         .map(|file| file.path.clone())
         .chain(sources.dir().map(std::path::Path::to_path_buf))
-        .chain(config.credential_dirs.iter().cloned())
+        .chain(credential_dirs.iter().cloned())
         .collect()
 }
 
@@ -245,7 +254,8 @@ async fn run<P: Prober>(
         prober: Arc::new(worker.on_demand()),
         plugins: catalog,
         access,
-        credential_roots: credential_roots(config).into(),
+        credential_roots: credential_roots(&config.discovery, &config.plugins.credential_dirs)
+            .into(),
         defaults: config.defaults,
         readiness: Arc::clone(&readiness),
         metrics: Some(Arc::new(metrics)),

@@ -498,6 +498,20 @@ pub async fn probe_now_recorded<P: Prober>(
     }))
 }
 
+/// Probes one cluster once, now, under the worker's rules (the same reference
+/// resolution, timeout from the cluster's policy in force, and grace) and applies
+/// nothing: `vigil probe` without `--apply`. The store is never touched, so `cluster`
+/// may be a record read from the database or one made from discovery.
+pub async fn probe_once<P: Prober>(
+    prober: &P,
+    cluster: &ClusterRecord,
+    settings: &WorkerSettings,
+) -> ProbeOutcome {
+    let policy = settings.defaults.with_overrides(&cluster.policy);
+    let timeout = Duration::from_secs(u64::from(policy.timeout_seconds.max(1)));
+    probe_cluster(prober, cluster, timeout, settings.grace).await
+}
+
 /// The plugin a probe is labelled with in the metrics: the cluster's explicit
 /// plugin, else [`AUTO_PLUGIN`] (the runtime's routing is not visible here).
 fn plugin_label(cluster: &ClusterRecord) -> &str {
