@@ -65,7 +65,7 @@ pub enum ClientError {
         /// The server's URL.
         url: String,
         /// The problem.
-        problem: RemoteProblem,
+        problem: Box<RemoteProblem>,
     },
     /// The server answered something that is not vigil's API.
     #[error("unexpected answer from {url}: {reason}")]
@@ -288,7 +288,7 @@ impl ApiClient {
             }
             return Err(ClientError::Problem {
                 url: self.server.url.clone(),
-                problem,
+                problem: Box::new(problem),
             });
         }
         let snippet: String = String::from_utf8_lossy(&body).chars().take(200).collect();

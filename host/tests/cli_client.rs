@@ -52,7 +52,7 @@ struct Run {
 }
 
 impl Run {
-    fn of(output: Output) -> Self {
+    fn of(output: &Output) -> Self {
         Self {
             code: output.status.code(),
             stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
@@ -132,7 +132,7 @@ impl Setup {
         if let Some(token) = token {
             command.env("VIGIL_API_TOKEN", token);
         }
-        let run = Run::of(command.output().unwrap());
+        let run = Run::of(&command.output().unwrap());
         self.outputs.push(run.stdout.clone());
         self.outputs.push(run.stderr.clone());
         run
@@ -444,7 +444,7 @@ fn a_server_that_is_not_running_is_an_error_naming_its_url() {
         &["probe", "any", "--apply"][..],
     ] {
         let run = Run::of(
-            vigil(temp.path())
+            &vigil(temp.path())
                 .args(args)
                 .env("VIGIL_SERVER", &url)
                 .env("VIGIL_API_TOKEN", TOKEN)
@@ -462,7 +462,7 @@ fn a_server_that_is_not_running_is_an_error_naming_its_url() {
     }
     // A URL that is not one: invalid settings.
     let run = Run::of(
-        vigil(temp.path())
+        &vigil(temp.path())
             .args(["status", "--server", "127.0.0.1:8080"])
             .output()
             .unwrap(),
