@@ -23,7 +23,7 @@ mod views;
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use axum::extract::{DefaultBodyLimit, State};
@@ -84,8 +84,33 @@ pub trait PluginCatalog: Send + Sync + 'static {
 pub struct Readiness {
     /// The first discovery finished.
     pub discovered: AtomicBool,
-    /// Every cluster overdue at start-up has been probed once (or had a persisted status).
+    /// When the engine started (milliseconds since the epoch).
+    pub started: AtomicI64,
+    /// Latched once every cluster that was UNKNOWN and unprobed at start-up has been
+    /// probed (a status persisted from before counts as known).
     pub caught_up: AtomicBool,
+}
+
+impl Readiness {
+    /// Whether the clusters overdue at start-up have been probed; checked against the
+    /// store until it holds once, then latched.
+    async fn caught_up(&self, store: &Store) -> bool {
+        if self.caught_up.load(Ordering::Acquire) {
+            return true;
+        }
+        if !self.discovered.load(Ordering::Acquire) {
+            return false;
+        }
+        let started = vigil_decision::Timestamp(self.started.load(Ordering::Acquire));
+        let done = store
+            .awaiting_first_probe(started)
+            .await
+            .is_ok_and(|n| n == 0);
+        if done {
+            self.caught_up.store(true, Ordering::Release);
+        }
+        done
+    }
 }
 
 /// Everything the API needs, handed in.
@@ -273,7 +298,7 @@ async fn readyz(State(state): State<ApiState>) -> Response {
     let ready = Ready {
         database: brake.is_ok(),
         discovered: state.readiness.discovered.load(Ordering::Acquire),
-        caught_up: state.readiness.caught_up.load(Ordering::Acquire),
+        caught_up: state.readiness.caught_up(&state.store).await,
         brake_holding: brake.is_ok_and(|b| b.verdict.holds()),
         ready: false,
     };

@@ -33,7 +33,7 @@ pub enum Command {
     /// Every flag can also be set by the environment variable shown.
     /// Exit codes: 0 stopped cleanly (SIGINT/SIGTERM), 1 runtime error,
     /// 2 invalid settings, 3 another engine already uses the database.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
 
     /// Preview discovery without writing anything: `vigil discover --dry-run`.
     ///

@@ -452,19 +452,6 @@ fn check_file(path: &Path, field: &str, owner: &str) -> Result<(), NotProbeable>
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn secret_bytes_debug_is_redacted() {
-        let secret = SecretBytes::new(b"hunter2".to_vec());
-        assert_eq!(format!("{secret:?}"), "SecretBytes(<redacted 7 bytes>)");
-        let material = Material::Inline(secret);
-        assert!(!format!("{material:?}").contains("hunter2"));
-    }
-}
-
 /// `path` with `.` and `..` resolved by name, made absolute against the working
 /// directory (symbolic links are not followed, as discovery does not follow them).
 pub fn lexically_absolute(path: &Path) -> PathBuf {
@@ -495,4 +482,17 @@ pub fn lies_under(path: &Path, roots: &[PathBuf]) -> bool {
     roots
         .iter()
         .any(|root| path.starts_with(lexically_absolute(root)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secret_bytes_debug_is_redacted() {
+        let secret = SecretBytes::new(b"hunter2".to_vec());
+        assert_eq!(format!("{secret:?}"), "SecretBytes(<redacted 7 bytes>)");
+        let material = Material::Inline(secret);
+        assert!(!format!("{material:?}").contains("hunter2"));
+    }
 }

@@ -50,29 +50,6 @@ pub enum ServeError {
     },
 }
 
-/// Marks the engine caught up once every cluster that was UNKNOWN and unprobed when it
-/// started has been probed (a persisted status from before counts as known).
-async fn watch_catch_up(
-    store: Store,
-    started: vigil_decision::Timestamp,
-    readiness: Arc<Readiness>,
-) {
-    loop {
-        match store.awaiting_first_probe(started).await {
-            Ok(0) => {
-                readiness.caught_up.store(true, Ordering::Release);
-                info!("every cluster overdue at start-up has been probed");
-                return;
-            }
-            Ok(_) => {}
-            Err(error) => {
-                warn!(error = %crate::worker::error_chain(&error), "readiness check failed");
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
 /// The prober of `vigil serve`: the plugin runtime, or — when the plugin
 /// directory does not exist — no plugin at all.
 #[derive(Debug, Clone)]
@@ -248,6 +225,7 @@ async fn run<P: Prober>(
             address: config.api.listen,
             source,
         })?;
+    let bound = listener.local_addr().unwrap_or(config.api.listen);
     let readiness = Arc::new(Readiness::default());
     let state = ApiState {
         store: store.clone(),
@@ -270,20 +248,16 @@ async fn run<P: Prober>(
             .with_graceful_shutdown(stopped)
             .await
     });
-    info!(listen = %config.api.listen, "REST API listening");
+    info!(listen = %bound, "REST API listening");
 
-    let started = wall_clock();
     run_discovery(&store, &sources, &handle).await?;
+    // Clusters known by now are the ones readiness waits for.
+    readiness.started.store(wall_clock().0, Ordering::Release);
     readiness.discovered.store(true, Ordering::Release);
     let retention = tokio::spawn(crate::retention::retention_loop(
         store.clone(),
         config.history_retention_days,
         std::future::pending::<()>(),
-    ));
-    let catch_up = tokio::spawn(watch_catch_up(
-        store.clone(),
-        started,
-        Arc::clone(&readiness),
     ));
 
     let (changed_tx, mut changed_rx) = mpsc::channel(1);
@@ -316,7 +290,6 @@ async fn run<P: Prober>(
         })
         .await;
     rediscovery.abort();
-    catch_up.abort();
     // A prune pass is a series of short transactions: stopping between two loses nothing.
     retention.abort();
     match tokio::time::timeout(API_DRAIN, api).await {

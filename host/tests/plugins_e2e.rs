@@ -54,14 +54,22 @@ struct Vigil {
     child: Running,
     log: PathBuf,
     store: Store,
+    /// Where its REST API listens.
+    api: std::net::SocketAddr,
 }
 
 impl Vigil {
     /// Starts vigil on `kubeconfigs` (1 s interval and timeout, threshold 2) and
     /// waits for its first discovery.
     async fn start(dir: &Path, kubeconfigs: &Path) -> Self {
+        Self::start_with(dir, kubeconfigs, &[]).await
+    }
+
+    async fn start_with(dir: &Path, kubeconfigs: &Path, env: &[(&str, &str)]) -> Self {
         let log = dir.join("vigil.log");
-        let mut child = vigil(dir)
+        let mut command = vigil(dir);
+        command.envs(env.iter().copied());
+        let mut child = command
             .arg("serve")
             .env("KUBECONFIG_DIR", kubeconfigs)
             .env("VIGIL_PLUGIN_DIR", plugin_dir())
@@ -98,7 +106,17 @@ impl Vigil {
         let store = Store::open(&format!("sqlite://{}", dir.join("vigil.db").display()))
             .await
             .unwrap();
-        Self { child, log, store }
+        let api = log_lines(&log)
+            .iter()
+            .find(|l| message(l) == "REST API listening")
+            .and_then(|l| l["fields"]["listen"].as_str()?.parse().ok())
+            .expect("the API's address is logged");
+        Self {
+            child,
+            log,
+            store,
+            api,
+        }
     }
 
     async fn cluster(&self, name: &str) -> ClusterRecord {
@@ -580,6 +598,213 @@ async fn wrong_ca_wrong_token_hang_exec_and_deleted_kubeconfig_each_give_their_o
         "{:?}",
         outcomes[&wrong_token]
     );
+    assert_no_secret(&dir.path().join("vigil.log"), &needles);
+    fleet.shutdown().await;
+}
+
+/// One HTTP/1.1 request to vigil's API on a fresh connection; the status and the body.
+async fn http(
+    api: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<serde_json::Value>,
+) -> (u16, String) {
+    use http_body_util::BodyExt;
+    let stream = tokio::net::TcpStream::connect(api).await.unwrap();
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    let mut request = hyper::Request::builder()
+        .method(method)
+        .uri(path)
+        .header(hyper::header::HOST, api.to_string());
+    if let Some(token) = token {
+        request = request.header(hyper::header::AUTHORIZATION, format!("Bearer {token}"));
+    }
+    if body.is_some() {
+        request = request.header(hyper::header::CONTENT_TYPE, "application/json");
+    }
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let request = request
+        .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    let status = response.status().as_u16();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// Reads the event stream for `duration`; everything it sent.
+async fn read_events(api: std::net::SocketAddr, duration: Duration) -> String {
+    use http_body_util::BodyExt;
+    let stream = tokio::net::TcpStream::connect(api).await.unwrap();
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    let request = hyper::Request::get("/api/v1/events?after=0")
+        .header(hyper::header::HOST, api.to_string())
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .unwrap();
+    let mut body = sender.send_request(request).await.unwrap().into_body();
+    let mut text = String::new();
+    let deadline = Instant::now() + duration;
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        match tokio::time::timeout(left, body.frame()).await {
+            Ok(Some(Ok(frame))) => {
+                if let Ok(data) = frame.into_data() {
+                    text.push_str(&String::from_utf8_lossy(&data));
+                }
+            }
+            _ => break,
+        }
+    }
+    text
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_secret_in_api_responses_the_event_stream_metrics_or_the_log() {
+    const API_TOKEN: &str = "api-token-never-shown-0123456789";
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfigs = dir.path().join("kubeconfigs");
+    let credentials = dir.path().join("credentials");
+    std::fs::create_dir_all(&credentials).unwrap();
+    let fleet = Fleet::builder()
+        .clusters(2)
+        .addresses(AddressPlan::Auto)
+        .start()
+        .await
+        .unwrap();
+    let written = write(fleet.clusters(), &kubeconfigs, ShapePlan::Mixed);
+    // A credential parameter: a file whose content is a secret.
+    let header_secret = "header-secret-value-9876543210";
+    std::fs::write(credentials.join("auth-header"), header_secret).unwrap();
+    let mut needles = secrets_in(&kubeconfigs, &fleet);
+    add_token(&mut needles, API_TOKEN);
+    add_token(&mut needles, header_secret);
+
+    let vigil = Vigil::start_with(
+        dir.path(),
+        &kubeconfigs,
+        &[
+            ("VIGIL_API_TOKEN", API_TOKEN),
+            ("VIGIL_CREDENTIAL_DIRS", credentials.to_str().unwrap()),
+        ],
+    )
+    .await;
+    let names: Vec<String> = written.iter().map(|w| w.cluster.clone()).collect();
+    for name in &names {
+        vigil.wait_status(name, ClusterStatus::Online).await;
+    }
+    let api = vigil.api;
+    let events = tokio::spawn(read_events(api, Duration::from_secs(6)));
+
+    // Every route, with the token where a change needs it.
+    let parameter = format!("file://{}", credentials.join("auth-header").display());
+    let reference = format!("{}#{}", written[0].path.display(), written[0].context);
+    let mut replies = Vec::new();
+    let mut call = async |method: &str, path: &str, body: Option<serde_json::Value>| {
+        let (status, text) = http(api, method, path, Some(API_TOKEN), body).await;
+        assert!(status < 500, "{method} {path}: {status} {text}");
+        replies.push(format!("{method} {path} {status} {text}"));
+        (status, text)
+    };
+    let manual = serde_json::json!({
+        "name": "manual",
+        "endpoint": fleet.get(0).unwrap().server_url(),
+        "kubeconfig_secret_ref": reference,
+        "parameters": { "header.Authorization": parameter, "mode": "strict" },
+        "labels": { "team": "ops" },
+    });
+    assert_eq!(call("POST", "/api/v1/clusters", Some(manual)).await.0, 201);
+    call("GET", "/api/v1/clusters", None).await;
+    call("GET", "/api/v1/clusters/manual", None).await;
+    call(
+        "PATCH",
+        "/api/v1/clusters/manual",
+        Some(serde_json::json!({ "labels": { "team": "web" } })),
+    )
+    .await;
+    // The worker probes a newly registered cluster at once: probe-now waits its turn.
+    let mut probe = call("POST", "/api/v1/clusters/manual/probe", None).await;
+    for _ in 0..40 {
+        if probe.0 != 409 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        probe = call("POST", "/api/v1/clusters/manual/probe", None).await;
+    }
+    assert_eq!(probe.0, 200, "{}", probe.1);
+    call("GET", "/api/v1/clusters/manual/history", None).await;
+    call(
+        "POST",
+        "/api/v1/apps",
+        Some(serde_json::json!({ "name": "shop", "cluster": "manual" })),
+    )
+    .await;
+    call(
+        "POST",
+        "/api/v1/deployments",
+        Some(serde_json::json!({ "app": "shop", "version": "2" })),
+    )
+    .await;
+    call(
+        "PUT",
+        "/api/v1/apps/shop/status",
+        Some(serde_json::json!({ "status": "DEGRADED" })),
+    )
+    .await;
+    call(
+        "POST",
+        "/api/v1/apps/shop/reassign",
+        Some(serde_json::json!({ "cluster": names[1] })),
+    )
+    .await;
+    call("GET", "/api/v1/apps", None).await;
+    call("GET", "/api/v1/apps/shop", None).await;
+    assert_eq!(call("DELETE", "/api/v1/clusters/manual", None).await.0, 204);
+    call("GET", "/api/v1/plugins", None).await;
+    call("GET", "/healthz", None).await;
+    let (ready, text) = call("GET", "/readyz", None).await;
+    assert_eq!(ready, 200, "discovered and every cluster probed: {text}");
+    let (_, metrics) = call("GET", "/metrics", None).await;
+    assert!(metrics.contains("vigil_clusters{"), "{metrics}");
+    call("GET", "/openapi.json", None).await;
+    // Refusals say why without echoing what was sent.
+    let (status, refused) = http(
+        api,
+        "POST",
+        "/api/v1/clusters",
+        Some("wrong-token-but-long-enough"),
+        Some(serde_json::json!({})),
+    )
+    .await;
+    assert_eq!(status, 401, "{refused}");
+    replies.push(refused);
+    let stream = events.await.unwrap();
+    assert!(
+        stream.contains("cluster-registered"),
+        "the stream saw the changes: {stream}"
+    );
+    replies.push(stream);
+
+    let log = vigil.stop().await;
+    assert!(!log.is_empty());
+    let seen = replies.join("\n");
+    assert!(
+        !seen.contains(&parameter),
+        "a credential parameter's reference is never returned"
+    );
+    for needle in &needles {
+        assert!(
+            !seen.contains(needle.as_str()),
+            "a secret appears in an API reply or the event stream"
+        );
+    }
     assert_no_secret(&dir.path().join("vigil.log"), &needles);
     fleet.shutdown().await;
 }

@@ -378,12 +378,13 @@ impl Store {
         .map_err(query_error("reading events"))
     }
 
-    /// How many clusters are still UNKNOWN without a probe since `since` (readiness:
-    /// a status persisted from before counts as known).
+    /// How many clusters known at `since` are still UNKNOWN without a probe since then
+    /// (readiness: a status persisted from before counts as known; clusters registered
+    /// later do not hold readiness back).
     pub async fn awaiting_first_probe(&self, since: Timestamp) -> Result<i64, StoreError> {
         sqlx::query_scalar(
             "SELECT COUNT(*) FROM clusters WHERE ignored = 0 AND status = 'UNKNOWN' \
-             AND (last_probe IS NULL OR last_probe < ?)",
+             AND first_seen <= ?1 AND (last_probe IS NULL OR last_probe < ?1)",
         )
         .bind(since.0)
         .fetch_one(&self.pool)

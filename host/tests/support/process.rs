@@ -16,6 +16,8 @@ pub fn vigil(dir: &Path) -> Command {
         .env("HOME", dir)
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("RUST_LOG", "info")
+        // Tests run side by side: each API on a port of its own (logged at start-up).
+        .env("VIGIL_LISTEN", "127.0.0.1:0")
         .env("NO_COLOR", "1")
         .stdin(Stdio::null());
     command
