@@ -90,15 +90,14 @@ struct Setup {
 
 impl Setup {
     fn start(dir: &Path, kubeconfigs: &Path) -> Self {
-        let port = free_port();
-        let url = format!("http://127.0.0.1:{port}");
         let log = dir.join("vigil.log");
-        let server = vigil(dir)
+        let mut server = vigil(dir)
             .arg("serve")
             .env("KUBECONFIG_DIR", kubeconfigs)
             .env("VIGIL_PLUGIN_DIR", plugin_dir())
             .env("VIGIL_CACHE_DIR", cache_dir())
-            .env("VIGIL_LISTEN", format!("127.0.0.1:{port}"))
+            // A port of its own, read back from the log.
+            .env("VIGIL_LISTEN", "127.0.0.1:0")
             .env("VIGIL_API_TOKEN", TOKEN)
             // After the first probes nothing is due for an hour: every later probe is
             // one of this test's.
@@ -109,6 +108,7 @@ impl Setup {
             .spawn()
             .map(Running)
             .unwrap();
+        let url = format!("http://{}", listening_on(&log, &mut server));
         Self {
             dir: dir.to_path_buf(),
             kubeconfigs: kubeconfigs.to_path_buf(),
@@ -208,6 +208,26 @@ impl Setup {
         let status = wait_exit(&mut self.server, Duration::from_secs(15));
         assert!(status.success(), "exit {status:?}\n{}", self.tail());
         std::mem::take(&mut self.outputs)
+    }
+}
+
+/// The address `vigil serve` logged that its API listens on.
+fn listening_on(log: &Path, server: &mut Running) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if let Some(line) = text.lines().find(|l| l.contains("REST API listening")) {
+            let (_, rest) = line.split_once("listen=").unwrap();
+            return rest.split_whitespace().next().unwrap().to_owned();
+        }
+        if let Some(status) = server.try_wait().unwrap() {
+            panic!("vigil serve exited with {status:?}:\n{text}");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "vigil serve never listened:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
