@@ -244,6 +244,22 @@ fn an_invalid_setting_stops_start_up_naming_the_variable_and_the_value() {
         &["DATABASE_URL", "mysql://127.0.0.1/vigil"],
         &[],
     );
+    // Without a token the API stays on loopback (no connection is opened: refused first).
+    check_refused(
+        &[("VIGIL_LISTEN", "0.0.0.0:18080")],
+        &["VIGIL_LISTEN", "0.0.0.0:18080", "--insecure-no-auth"],
+        &[],
+    );
+    check_refused(
+        &[("VIGIL_API_TOKEN", "short")],
+        &["VIGIL_API_TOKEN", "at least 16"],
+        &["short"],
+    );
+    check_refused(
+        &[("VIGIL_API_READ_AUTH", "true")],
+        &["VIGIL_API_READ_AUTH"],
+        &[],
+    );
     check_refused(
         &[
             ("VIGIL_PLUGIN_DIR", "/srv/vigil/plugins"),
