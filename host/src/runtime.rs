@@ -48,7 +48,7 @@ use self::bindings::{Probe, ProbePre};
 use self::cache::CodeCache;
 use self::engine::SharedEngine;
 use self::outcome::CallEnd;
-use self::sandbox::{CallCluster, CallState, is_credential_reference};
+use self::sandbox::{CallCluster, CallState, KnownKubeconfigs, is_credential_reference};
 use crate::reference::Reference;
 use crate::tls::TlsClients;
 use crate::worker::{ProbeTarget, Prober};
@@ -250,6 +250,7 @@ struct Inner {
     routes: Mutex<HashMap<RouteKey, bool>>,
     tls: TlsClients,
     credential_dirs: Arc<[PathBuf]>,
+    kubeconfigs: Arc<KnownKubeconfigs>,
     engine: SharedEngine,
 }
 
@@ -323,6 +324,7 @@ impl PluginRuntime {
                 routes: Mutex::new(HashMap::new()),
                 tls,
                 credential_dirs,
+                kubeconfigs: Arc::default(),
                 engine,
             }),
         };
@@ -433,7 +435,7 @@ impl PluginRuntime {
         new_store(
             &self.inner.engine,
             &self.inner.tls,
-            plugin_parts(plugin, &self.inner.credential_dirs),
+            plugin_parts(plugin, &self.inner),
             cluster,
             budget,
         )
@@ -531,13 +533,15 @@ struct PluginParts {
     name: Arc<str>,
     manifest: Arc<Manifest>,
     credential_dirs: Arc<[PathBuf]>,
+    kubeconfigs: Arc<KnownKubeconfigs>,
 }
 
-fn plugin_parts(plugin: &LoadedPlugin, credential_dirs: &Arc<[PathBuf]>) -> PluginParts {
+fn plugin_parts(plugin: &LoadedPlugin, inner: &Inner) -> PluginParts {
     PluginParts {
         name: Arc::clone(&plugin.name),
         manifest: Arc::clone(&plugin.manifest),
-        credential_dirs: Arc::clone(credential_dirs),
+        credential_dirs: Arc::clone(&inner.credential_dirs),
+        kubeconfigs: Arc::clone(&inner.kubeconfigs),
     }
 }
 
@@ -556,6 +560,7 @@ fn new_store(
         plugin.manifest,
         cluster,
         plugin.credential_dirs,
+        plugin.kubeconfigs,
         tls.clone(),
         started + budget,
     );
@@ -708,6 +713,7 @@ async fn load_one(
         name: Arc::clone(&name),
         manifest: Arc::clone(&manifest),
         credential_dirs: Arc::from([]),
+        kubeconfigs: Arc::default(),
     };
     let mut store = new_store(engine, tls, parts, None, INFO_DEADLINE);
     let call = async {

@@ -1,11 +1,12 @@
 //! The per-call sandbox: the store state of one call, its resource limiter, and the
 //! host interfaces `log` and `credentials` (`http` and `wasi:http` are in `egress`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Component, Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use sha2::Digest as _;
 use tracing::{debug, error, info, trace, warn};
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
@@ -173,6 +174,8 @@ pub(crate) struct CallState {
     pub(crate) cluster: Option<CallCluster>,
     /// Where `file:///` credential parameters may lie.
     credential_dirs: Arc<[PathBuf]>,
+    /// Kubeconfig contents already checked, shared by every call of the runtime.
+    kubeconfigs: Arc<KnownKubeconfigs>,
     /// Both HTTP doors (the contract's `http` and `wasi:http`) and what went through them.
     pub(crate) egress: Egress,
     pub(crate) deadline: Instant,
@@ -196,6 +199,7 @@ impl CallState {
         manifest: Arc<Manifest>,
         cluster: Option<CallCluster>,
         credential_dirs: Arc<[PathBuf]>,
+        kubeconfigs: Arc<KnownKubeconfigs>,
         clients: TlsClients,
         deadline: Instant,
     ) -> Self {
@@ -228,6 +232,7 @@ impl CallState {
             manifest,
             cluster,
             credential_dirs,
+            kubeconfigs,
             egress,
             deadline,
             log_lines: 0,
@@ -356,10 +361,7 @@ impl credentials::Host for CallState {
             }
         };
         let bytes = read_bounded(self.remaining(), &material.kubeconfig).await?;
-        let parses = std::str::from_utf8(&bytes)
-            .ok()
-            .is_some_and(|text| kube::config::Kubeconfig::from_yaml(text).is_ok());
-        if !parses {
+        if !self.kubeconfigs.check(&bytes) {
             return Err(E::Invalid(format!(
                 "{} is not a kubeconfig",
                 material.kubeconfig.display()
@@ -517,24 +519,25 @@ fn is_under(path: &Path, roots: &[PathBuf]) -> bool {
 /// Reads a credential file, bounded in size and in time (host calls are not interrupted
 /// by epochs). A free function: the store state is not `Sync`, so the future must not
 /// hold a reference to it.
+///
+/// Opening, sizing and reading happen in one blocking task: each hand-off to tokio's
+/// blocking pool wakes a thread, which is most of what reading a small file costs.
 async fn read_bounded(remaining: Duration, path: &Path) -> CredentialsResult {
     use credentials::CredentialsError as E;
     let bound = remaining.min(CREDENTIAL_READ_TIMEOUT);
     let owned = path.to_path_buf();
-    let read = async move {
-        let metadata = tokio::fs::metadata(&owned).await?;
-        if metadata.len() > MAX_CREDENTIAL_FILE_BYTES {
-            return Err(std::io::Error::other("too large"));
-        }
-        tokio::fs::read(&owned).await
-    };
+    let read = tokio::task::spawn_blocking(move || read_capped(&owned));
     match tokio::time::timeout(bound, read).await {
-        Ok(Ok(bytes)) => Ok(bytes),
-        Ok(Err(error)) if error.kind() == std::io::ErrorKind::NotFound => {
+        Ok(Ok(Ok(bytes))) => Ok(bytes),
+        Ok(Ok(Err(error))) if error.kind() == std::io::ErrorKind::NotFound => {
             Err(E::NotFound(format!("{} does not exist", path.display())))
         }
-        Ok(Err(error)) => Err(E::Invalid(format!(
+        Ok(Ok(Err(error))) => Err(E::Invalid(format!(
             "cannot read {}: {error}",
+            path.display()
+        ))),
+        Ok(Err(_)) => Err(E::Invalid(format!(
+            "reading {} failed in the host",
             path.display()
         ))),
         Err(_) => Err(E::Invalid(format!(
@@ -542,6 +545,72 @@ async fn read_bounded(remaining: Duration, path: &Path) -> CredentialsResult {
             path.display(),
             bound.as_millis()
         ))),
+    }
+}
+
+/// A file's bytes, refused when larger than [`MAX_CREDENTIAL_FILE_BYTES`] (also when it
+/// grows past it while being read). Blocking.
+fn read_capped(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    let too_large = || std::io::Error::other("too large");
+    let file = std::fs::File::open(path)?;
+    let size = file.metadata()?.len();
+    if size > MAX_CREDENTIAL_FILE_BYTES {
+        return Err(too_large());
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+    file.take(MAX_CREDENTIAL_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_CREDENTIAL_FILE_BYTES {
+        return Err(too_large());
+    }
+    Ok(bytes)
+}
+
+/// How many kubeconfig contents [`KnownKubeconfigs`] remembers (32-byte digests).
+pub const KNOWN_KUBECONFIGS: usize = 4096;
+
+/// Digests of kubeconfig contents that parsed as kubeconfigs, shared by every call.
+///
+/// `credentials.kubeconfig` serves a file only if it parses as a kubeconfig. The file is
+/// read at every call (it may have changed), but the same bytes parse the same way, so a
+/// content already checked is recognised by its sha256 instead of being parsed again:
+/// a few microseconds instead of the parse. Only successes are remembered; the least
+/// recently used digest goes first when [`KNOWN_KUBECONFIGS`] are held.
+#[derive(Debug, Default)]
+pub(crate) struct KnownKubeconfigs {
+    digests: Mutex<(HashMap<[u8; 32], u64>, u64)>,
+}
+
+impl KnownKubeconfigs {
+    /// Whether `bytes` are a kubeconfig: text that the host's reader (kube's) accepts.
+    pub(crate) fn check(&self, bytes: &[u8]) -> bool {
+        let digest: [u8; 32] = sha2::Sha256::digest(bytes).into();
+        {
+            let mut guard = self.digests.lock().unwrap_or_else(PoisonError::into_inner);
+            let (known, clock) = &mut *guard;
+            *clock += 1;
+            if let Some(used) = known.get_mut(&digest) {
+                *used = *clock;
+                return true;
+            }
+        }
+        let parses = std::str::from_utf8(bytes)
+            .ok()
+            .is_some_and(|text| kube::config::Kubeconfig::from_yaml(text).is_ok());
+        if parses {
+            let mut guard = self.digests.lock().unwrap_or_else(PoisonError::into_inner);
+            let (known, clock) = &mut *guard;
+            if known.len() >= KNOWN_KUBECONFIGS {
+                let oldest = known.iter().min_by_key(|(_, used)| **used).map(|(d, _)| *d);
+                if let Some(oldest) = oldest {
+                    known.remove(&oldest);
+                }
+            }
+            *clock += 1;
+            known.insert(digest, *clock);
+        }
+        parses
     }
 }
 
@@ -605,6 +674,53 @@ mod tests {
         assert!(is_credential_reference("file:///x"));
         assert!(is_credential_reference("secret://ns/n"));
         assert!(!is_credential_reference("x"));
+    }
+
+    #[test]
+    fn kubeconfig_contents_are_checked_once_and_only_successes_remembered() {
+        let known = KnownKubeconfigs::default();
+        let remembered = || known.digests.lock().expect("lock").0.len();
+        let good = b"apiVersion: v1\nkind: Config\nclusters: []\ncurrent-context: x\n";
+        assert!(known.check(good));
+        assert!(known.check(good));
+        assert_eq!(remembered(), 1);
+        for bad in [
+            &b"kind: Config\nclusters: {not: a list}\n"[..],
+            b"\xff\xfe\x00",
+            b"[",
+        ] {
+            assert!(!known.check(bad), "{bad:?}");
+            assert!(
+                !known.check(bad),
+                "refused again, never remembered: {bad:?}"
+            );
+        }
+        assert_eq!(remembered(), 1);
+        // A changed file is a new content, checked again.
+        let mut changed = good.to_vec();
+        changed.extend_from_slice(b"users: 3\n");
+        assert!(!known.check(&changed));
+    }
+
+    #[test]
+    fn credential_files_are_read_within_the_size_cap() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let small = dir.path().join("small");
+        std::fs::write(&small, b"token").expect("write");
+        assert_eq!(read_capped(&small).expect("read"), b"token");
+        let large = dir.path().join("large");
+        let size = usize::try_from(MAX_CREDENTIAL_FILE_BYTES).expect("fits") + 1;
+        std::fs::write(&large, vec![b'x'; size]).expect("write");
+        assert_eq!(
+            read_capped(&large).expect_err("too large").to_string(),
+            "too large"
+        );
+        assert_eq!(
+            read_capped(&dir.path().join("missing"))
+                .expect_err("missing")
+                .kind(),
+            std::io::ErrorKind::NotFound
+        );
     }
 
     #[test]
