@@ -244,7 +244,7 @@ pub fn app(state: ApiState) -> Router {
         .fallback(|| async { Problem::new(ProblemKind::NotFound, "no such route") })
         .method_not_allowed_fallback(|| async {
             Problem::new(
-                ProblemKind::InvalidRequest,
+                ProblemKind::MethodNotAllowed,
                 "this route does not accept that method",
             )
             .field("method")

@@ -1031,3 +1031,178 @@ fn parse_sse(text: &str) -> Vec<(i64, String, Value)> {
         })
         .collect()
 }
+
+// What Schemathesis found against a running vigil (scripts/api-conformance), one
+// regression each.
+
+#[tokio::test]
+async fn an_undeclared_method_is_a_405_problem_naming_the_allowed_ones() {
+    let api = api().await;
+    for (method, uri) in [
+        (Method::TRACE, "/readyz"),
+        (Method::PUT, "/api/v1/clusters"),
+        (Method::DELETE, "/api/v1/apps/some-app/status"),
+    ] {
+        let reply = api
+            .send(method.clone(), uri, Some(TOKEN), Some("{}".to_owned()))
+            .await;
+        check_problem(
+            &reply,
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method-not-allowed",
+            Some("method"),
+        );
+        let allow = reply
+            .headers
+            .get(header::ALLOW)
+            .unwrap_or_else(|| panic!("{method} {uri}: no Allow header"))
+            .to_str()
+            .unwrap()
+            .to_owned();
+        assert!(!allow.contains(method.as_str()), "{method} {uri}: {allow}");
+        assert!(allow.contains("GET") || allow.contains("PUT"), "{allow}");
+    }
+}
+
+#[tokio::test]
+async fn names_are_counted_in_characters_as_the_document_counts_them() {
+    let api = api().await;
+    api.register("wide").await;
+    let longest = "é".repeat(253);
+    api.app(&longest, "wide").await;
+    let reply = api
+        .post(
+            "/api/v1/apps",
+            json!({ "name": "é".repeat(254), "cluster": "wide" }),
+        )
+        .await;
+    check_problem(
+        &reply,
+        StatusCode::BAD_REQUEST,
+        "invalid-request",
+        Some("body.name"),
+    );
+    assert_eq!(api.store.apps().await.unwrap().len(), 1);
+}
+
+/// The parameters of `method path` in the document, by name.
+fn parameter<'a>(doc: &'a Value, method: &str, path: &str, name: &str) -> &'a Value {
+    doc["paths"][path][method]["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == name)
+        .unwrap_or_else(|| panic!("{method} {path}: no parameter {name}"))
+}
+
+/// The characters a `^[^…]+$` pattern of `\uXXXX`, `\uXXXX-\uXXXX` and plain characters
+/// excludes.
+fn excluded_by(pattern: &str) -> impl Fn(char) -> bool {
+    let class = pattern
+        .strip_prefix("^[^")
+        .and_then(|p| p.strip_suffix("]+$"))
+        .unwrap_or_else(|| panic!("unexpected pattern {pattern}"));
+    let mut items: Vec<char> = Vec::new();
+    let mut rest = class;
+    while !rest.is_empty() {
+        if let Some(hex) = rest.strip_prefix("\\u") {
+            items.push(char::from_u32(u32::from_str_radix(&hex[..4], 16).unwrap()).unwrap());
+            rest = &hex[4..];
+        } else {
+            let c = rest.chars().next().unwrap();
+            items.push(c);
+            rest = &rest[c.len_utf8()..];
+        }
+    }
+    // Fold `a - b` triples into ranges.
+    let mut ranges = Vec::new();
+    let mut i = 0;
+    while i < items.len() {
+        if i + 2 < items.len() && items[i + 1] == '-' {
+            ranges.push((items[i], items[i + 2]));
+            i += 3;
+        } else {
+            ranges.push((items[i], items[i]));
+            i += 1;
+        }
+    }
+    move |c| ranges.iter().any(|&(low, high)| (low..=high).contains(&c))
+}
+
+#[test]
+fn the_document_states_the_rules_the_handlers_check() {
+    let doc = serde_json::to_value(vigil::api::openapi()).unwrap();
+    for (path, name) in [
+        ("/api/v1/clusters", "limit"),
+        ("/api/v1/clusters/{name}/history", "limit"),
+    ] {
+        let schema = &parameter(&doc, "get", path, name)["schema"];
+        assert_eq!(schema["minimum"], 1, "{path} {name}: {schema}");
+        assert_eq!(schema["maximum"], 1000, "{path} {name}: {schema}");
+    }
+    let enumerated = |name: &str| -> Vec<String> {
+        let schema = &parameter(&doc, "get", "/api/v1/clusters", name)["schema"];
+        serde_json::from_value(schema["enum"].clone())
+            .unwrap_or_else(|_| panic!("{name}: {schema}"))
+    };
+    let names = |all: &[&str]| all.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    assert_eq!(
+        enumerated("status"),
+        names(&["ONLINE", "OFFLINE", "UNKNOWN"])
+    );
+    assert_eq!(
+        enumerated("condition"),
+        vigil_decision::ConditionType::ALL
+            .iter()
+            .map(|c| c.as_str().to_owned())
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(enumerated("source"), names(&["discovered", "manual"]));
+    let schemas = &doc["components"]["schemas"];
+    let app_status: Vec<String> = serde_json::from_value(
+        schemas["SetStatus"]["properties"]["status"]["oneOf"][0]["enum"].clone(),
+    )
+    .unwrap_or_else(|_| panic!("{}", schemas["SetStatus"]));
+    assert_eq!(
+        app_status,
+        vigil_decision::AppStatus::ALL
+            .iter()
+            .map(|s| s.as_str().to_owned())
+            .collect::<Vec<_>>()
+    );
+    // Every checked name: 1–253 characters and exactly the characters `check_name` allows.
+    let mut patterns = Vec::new();
+    for (schema, field) in [
+        ("RegisterCluster", "name"),
+        ("RegisterApp", "name"),
+        ("RegisterApp", "cluster"),
+        ("Reassign", "cluster"),
+    ] {
+        let property = &schemas[schema]["properties"][field];
+        assert_eq!(property["minLength"], 1, "{schema}.{field}");
+        assert_eq!(property["maxLength"], 253, "{schema}.{field}");
+        patterns.push(property["pattern"].as_str().unwrap().to_owned());
+    }
+    patterns.dedup();
+    assert_eq!(patterns.len(), 1, "{patterns:?}");
+    let excluded = excluded_by(&patterns[0]);
+    for c in (0..=0x10_FFFF).filter_map(char::from_u32) {
+        assert_eq!(
+            excluded(c),
+            c == '/' || c.is_whitespace() || c.is_control(),
+            "U+{:04X}",
+            u32::from(c)
+        );
+    }
+    // Query strings are checked (unknown fields, bad values): a 400 is documented.
+    for path in [
+        "/api/v1/apps",
+        "/api/v1/clusters",
+        "/api/v1/clusters/{name}/history",
+    ] {
+        assert!(
+            doc["paths"][path]["get"]["responses"]["400"].is_object(),
+            "GET {path} does not document 400"
+        );
+    }
+}

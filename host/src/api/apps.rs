@@ -40,7 +40,10 @@ struct AppQuery {
 
 /// Lists apps, by name.
 #[utoipa::path(get, path = "/api/v1/apps", tag = "apps", params(AppQuery),
-    responses((status = 200, description = "The apps", body = Vec<AppView>)))]
+    responses(
+        (status = 200, description = "The apps", body = Vec<AppView>),
+        (status = 400, description = "Invalid filter", body = Problem, content_type = "application/problem+json"),
+    ))]
 async fn list_apps(
     State(state): State<ApiState>,
     ApiQuery(query): ApiQuery<AppQuery>,
@@ -57,8 +60,18 @@ async fn list_apps(
 #[serde(deny_unknown_fields)]
 struct RegisterApp {
     /// Its unique name.
+    #[schema(
+        min_length = 1,
+        max_length = 253,
+        pattern = r"^[^/\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+$"
+    )]
     name: String,
     /// The cluster it goes on.
+    #[schema(
+        min_length = 1,
+        max_length = 253,
+        pattern = r"^[^/\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+$"
+    )]
     cluster: String,
 }
 
@@ -117,6 +130,11 @@ async fn get_app(
 #[serde(deny_unknown_fields)]
 struct Reassign {
     /// The target cluster.
+    #[schema(
+        min_length = 1,
+        max_length = 253,
+        pattern = r"^[^/\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+$"
+    )]
     cluster: String,
 }
 
@@ -145,11 +163,23 @@ async fn reassign_app(
     Ok(axum::Json(AppView::from(&app)))
 }
 
+/// An app status, as the OpenAPI document lists them.
+#[derive(ToSchema)]
+#[serde(rename_all = "UPPERCASE")]
+#[allow(dead_code)]
+enum AppStatusName {
+    Pending,
+    Deployed,
+    Degraded,
+    Failed,
+}
+
 /// An app status set by the platform.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct SetStatus {
     /// `PENDING`, `DEPLOYED`, `DEGRADED` or `FAILED`.
+    #[schema(value_type = AppStatusName, inline)]
     status: String,
 }
 

@@ -34,8 +34,11 @@ pub(super) fn routes() -> OpenApiRouter<ApiState> {
 const MAX_NAME: usize = 253;
 
 /// Checks a name used in paths: 1–253 characters, no `/`, no white space or control.
+/// The OpenAPI document states it on every body field it checks, as the pattern
+/// `^[^/…]+$` (white space and control characters spelled out, so that every
+/// regex dialect reads it alike).
 pub(super) fn check_name(field: &str, name: &str) -> Result<(), Problem> {
-    if name.is_empty() || name.len() > MAX_NAME {
+    if name.is_empty() || name.chars().count() > MAX_NAME {
         return Err(Problem::invalid(
             field,
             format!("{field} must have 1 to {MAX_NAME} characters"),
@@ -137,22 +140,59 @@ fn check_plugin(state: &ApiState, plugin: Option<&str>) -> Result<(), Problem> {
     Ok(())
 }
 
+/// A cluster status, as the OpenAPI document lists them.
+#[derive(ToSchema)]
+#[serde(rename_all = "UPPERCASE")]
+#[allow(dead_code)]
+enum StatusName {
+    Online,
+    Offline,
+    Unknown,
+}
+
+/// A condition type, as the OpenAPI document lists them.
+#[derive(ToSchema)]
+#[serde(rename_all = "kebab-case")]
+#[allow(dead_code)]
+enum ConditionName {
+    ReferenceBroken,
+    NotProbeable,
+    CredentialsRejected,
+    ProbeStale,
+    ProbingDisabled,
+    DrainBlocked,
+}
+
+/// A cluster source, as the OpenAPI document lists them.
+#[derive(ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)]
+enum SourceName {
+    Discovered,
+    Manual,
+}
+
 /// Filters and paging of the cluster list.
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 struct ListQuery {
     /// `ONLINE`, `OFFLINE` or `UNKNOWN`.
+    #[param(value_type = Option<StatusName>, inline)]
     status: Option<String>,
     /// A condition type the cluster has.
+    #[param(value_type = Option<ConditionName>, inline)]
     condition: Option<String>,
     /// `discovered` or `manual`.
+    #[param(value_type = Option<SourceName>, inline)]
     source: Option<String>,
     /// A label, `KEY=VALUE`.
+    #[param(pattern = "=")]
     label: Option<String>,
     /// The plugin chosen for the cluster.
     plugin: Option<String>,
     /// Page size, 1–1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<u32>,
     /// The `next` value of the previous page.
     after: Option<String>,
@@ -248,6 +288,11 @@ async fn list_clusters(
 #[serde(deny_unknown_fields)]
 struct RegisterCluster {
     /// Its unique name.
+    #[schema(
+        min_length = 1,
+        max_length = 253,
+        pattern = r"^[^/\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+$"
+    )]
     name: String,
     /// The API server address, e.g. `https://10.0.0.1:6443`.
     endpoint: String,
@@ -496,6 +541,7 @@ async fn probe_cluster(
 #[into_params(parameter_in = Query)]
 struct HistoryQuery {
     /// Page size, 1–1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<u32>,
     /// The `next` value of the previous page.
     before: Option<i64>,
@@ -507,6 +553,7 @@ struct HistoryQuery {
     params(ClusterName, HistoryQuery),
     responses(
         (status = 200, description = "A page of history", body = EventPage),
+        (status = 400, description = "Invalid paging", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such cluster", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn cluster_history(

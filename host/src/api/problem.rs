@@ -28,6 +28,8 @@ pub enum ProblemKind {
     PayloadTooLarge,
     /// No such cluster, app or route.
     NotFound,
+    /// The route exists but does not accept the method.
+    MethodNotAllowed,
     /// The name is already taken.
     AlreadyExists,
     /// The target cluster is OFFLINE: deploying or moving an app there is refused (R6).
@@ -53,6 +55,7 @@ impl ProblemKind {
             Self::InvalidRequest => "invalid-request",
             Self::PayloadTooLarge => "payload-too-large",
             Self::NotFound => "not-found",
+            Self::MethodNotAllowed => "method-not-allowed",
             Self::AlreadyExists => "already-exists",
             Self::ClusterOffline => "cluster-offline",
             Self::ClusterHasApps => "cluster-has-apps",
@@ -70,6 +73,7 @@ impl ProblemKind {
             Self::InvalidRequest => "The request is invalid",
             Self::PayloadTooLarge => "The request body is too large",
             Self::NotFound => "Not found",
+            Self::MethodNotAllowed => "The route does not accept this method",
             Self::AlreadyExists => "The name is already taken",
             Self::ClusterOffline => "The cluster is OFFLINE",
             Self::ClusterHasApps => "The cluster still has apps",
@@ -87,6 +91,7 @@ impl ProblemKind {
             Self::InvalidRequest | Self::ReferenceNotAllowed => StatusCode::BAD_REQUEST,
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::NotFound => StatusCode::NOT_FOUND,
+            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::AlreadyExists
             | Self::ClusterOffline
             | Self::ClusterHasApps
