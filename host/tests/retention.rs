@@ -180,7 +180,8 @@ async fn old_history_goes_while_open_outages_referenced_outages_and_deployments_
     assert_eq!(
         pruned,
         PrunedHistory {
-            events: 6,
+            // Six written above, and the `app-deployed` event of the day-2 deployment.
+            events: 7,
             outages: 1
         }
     );
