@@ -1064,35 +1064,9 @@ impl Store {
         status: AppStatus,
         now: Timestamp,
     ) -> Result<AppId, StoreError> {
-        let mut tx = self.begin_write().await?;
-        let cluster_id = cluster_id_by_name(&mut tx, cluster).await?.0;
-        let exists: Option<i64> = sqlx::query_scalar("SELECT id FROM apps WHERE name = ?")
-            .bind(name)
-            .fetch_optional(&mut *tx)
+        self.register_app_as(name, cluster, status, None, now)
             .await
-            .map_err(query_error("checking an app name"))?;
-        if exists.is_some() {
-            return Err(StoreError::AlreadyExists {
-                kind: "app",
-                name: name.to_owned(),
-            });
-        }
-        let id: i64 = sqlx::query_scalar(
-            "INSERT INTO apps (name, cluster_id, status, created_at, updated_at) \
-             VALUES (?, ?, ?, ?, ?) RETURNING id",
-        )
-        .bind(name)
-        .bind(cluster_id)
-        .bind(status.as_str())
-        .bind(now.0)
-        .bind(now.0)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(query_error("registering an app"))?;
-        tx.commit()
-            .await
-            .map_err(query_error("committing an app"))?;
-        Ok(AppId(id))
+            .map(|app| app.id)
     }
 
     /// The app of the given name.
@@ -1124,19 +1098,9 @@ impl Store {
         status: AppStatus,
         now: Timestamp,
     ) -> Result<(), StoreError> {
-        let done = sqlx::query(
-            "UPDATE apps SET status = ?, degraded_by_outage = NULL, updated_at = ? WHERE name = ?",
-        )
-        .bind(status.as_str())
-        .bind(now.0)
-        .bind(name)
-        .execute(&self.pool)
-        .await
-        .map_err(query_error("setting an app's status"))?;
-        if done.rows_affected() == 0 {
-            return Err(not_found("app", name));
-        }
-        Ok(())
+        self.set_app_status_as(name, status, None, now)
+            .await
+            .map(drop)
     }
 
     /// Reassigns an app to another cluster, refused while the target is OFFLINE
@@ -1147,24 +1111,9 @@ impl Store {
         cluster: &str,
         now: Timestamp,
     ) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
-        let target = guarded_cluster(&mut tx, cluster).await?;
-        let done = sqlx::query(
-            "UPDATE apps SET cluster_id = ?, degraded_by_outage = NULL, updated_at = ? WHERE name = ?",
-        )
-        .bind(target.0)
-        .bind(now.0)
-        .bind(name)
-        .execute(&mut *tx)
-        .await
-        .map_err(query_error("reassigning an app"))?;
-        if done.rows_affected() == 0 {
-            return Err(not_found("app", name));
-        }
-        tx.commit()
+        self.reassign_app_as(name, cluster, None, now)
             .await
-            .map_err(query_error("committing a reassignment"))?;
-        Ok(())
+            .map(drop)
     }
 
     /// Records a deployment of an app on its cluster, refused while the cluster

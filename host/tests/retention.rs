@@ -180,8 +180,9 @@ async fn old_history_goes_while_open_outages_referenced_outages_and_deployments_
     assert_eq!(
         pruned,
         PrunedHistory {
-            // Six written above, and the `app-deployed` event of the day-2 deployment.
-            events: 7,
+            // Six written above, and the history events of the app's registration
+            // (day 1) and deployment (day 2).
+            events: 8,
             outages: 1
         }
     );

@@ -97,6 +97,7 @@ async fn register_app(
         .register_app_as(
             &body.name,
             &body.cluster,
+            AppStatus::Pending,
             Some(caller.actor()),
             wall_clock(),
         )

@@ -400,11 +400,12 @@ impl Store {
             .map_err(query_error("reading the last event"))
     }
 
-    /// Registers an app on a cluster, PENDING.
+    /// Registers an app on a cluster with `status` (the API registers apps PENDING).
     pub async fn register_app_as(
         &self,
         name: &str,
         cluster: &str,
+        status: AppStatus,
         actor: Option<&str>,
         now: Timestamp,
     ) -> Result<AppRecord, StoreError> {
@@ -423,10 +424,11 @@ impl Store {
         }
         sqlx::query(
             "INSERT INTO apps (name, cluster_id, status, created_at, updated_at) \
-             VALUES (?, ?, 'PENDING', ?, ?)",
+             VALUES (?, ?, ?, ?, ?)",
         )
         .bind(name)
         .bind(cluster_id)
+        .bind(status.as_str())
         .bind(now.0)
         .bind(now.0)
         .execute(&mut *tx)
