@@ -165,49 +165,46 @@ impl Store {
     ) -> Result<ClusterRecord, StoreError> {
         let mut tx = self.begin_write().await?;
         let id = cluster_id_by_name(&mut tx, name).await?.0;
-        let mut changed = Vec::new();
-        if let Some(policy) = &patch.policy {
-            sqlx::query("UPDATE clusters SET policy = ? WHERE id = ?")
-                .bind(to_json("policy", policy)?)
-                .bind(id)
-                .execute(&mut *tx)
-                .await
-                .map_err(query_error("updating a cluster's policy"))?;
-            changed.push("policy");
-        }
-        if let Some(labels) = &patch.labels {
-            sqlx::query("UPDATE clusters SET labels = ? WHERE id = ?")
-                .bind(to_json("labels", labels)?)
-                .bind(id)
-                .execute(&mut *tx)
-                .await
-                .map_err(query_error("updating a cluster's labels"))?;
-            changed.push("labels");
-        }
-        if let Some(parameters) = &patch.parameters {
-            sqlx::query("UPDATE clusters SET plugin_parameters = ? WHERE id = ?")
-                .bind(to_json("plugin parameters", parameters)?)
-                .bind(id)
-                .execute(&mut *tx)
-                .await
-                .map_err(query_error("updating a cluster's parameters"))?;
-            changed.push("parameters");
-        }
-        if let Some(plugin) = &patch.plugin {
-            sqlx::query("UPDATE clusters SET plugin = ? WHERE id = ?")
-                .bind(plugin)
-                .bind(id)
-                .execute(&mut *tx)
-                .await
-                .map_err(query_error("updating a cluster's plugin"))?;
-            changed.push("plugin");
-        }
-        sqlx::query("UPDATE clusters SET updated_at = ? WHERE id = ?")
-            .bind(now.0)
-            .bind(id)
-            .execute(&mut *tx)
-            .await
-            .map_err(query_error("updating a cluster"))?;
+        let policy = patch
+            .policy
+            .as_ref()
+            .map(|p| to_json("policy", p))
+            .transpose()?;
+        let labels = patch
+            .labels
+            .as_ref()
+            .map(|l| to_json("labels", l))
+            .transpose()?;
+        let parameters = patch
+            .parameters
+            .as_ref()
+            .map(|p| to_json("plugin parameters", p))
+            .transpose()?;
+        // One statement: an absent field keeps its stored value.
+        sqlx::query(
+            "UPDATE clusters SET policy = COALESCE(?1, policy), labels = COALESCE(?2, labels), \
+             plugin_parameters = COALESCE(?3, plugin_parameters), \
+             plugin = CASE WHEN ?4 THEN ?5 ELSE plugin END, updated_at = ?6 WHERE id = ?7",
+        )
+        .bind(&policy)
+        .bind(&labels)
+        .bind(&parameters)
+        .bind(patch.plugin.is_some())
+        .bind(patch.plugin.clone().flatten())
+        .bind(now.0)
+        .bind(id)
+        .execute(&mut *tx)
+        .await
+        .map_err(query_error("updating a cluster"))?;
+        let changed: Vec<&str> = [
+            ("policy", policy.is_some()),
+            ("labels", labels.is_some()),
+            ("parameters", parameters.is_some()),
+            ("plugin", patch.plugin.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(field, given)| given.then_some(field))
+        .collect();
         insert_event(
             &mut tx,
             now,
