@@ -33,13 +33,15 @@ use serde::Serialize;
 use utoipa::openapi::OpenApi as OpenApiDoc;
 use utoipa::{OpenApi, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
-use vigil_decision::{HealthPolicy, ProbeOutcome};
+use vigil_decision::HealthPolicy;
 
 pub use self::auth::{Access, Caller, TokensError};
 pub use self::problem::{Problem, ProblemKind};
-pub use self::views::PluginView;
+pub use self::views::{
+    PluginFailureView, PluginView, ProbationView, ProbedByView, ReloadView, rfc3339,
+};
 use crate::store::Store;
-use crate::worker::WorkerHandle;
+use crate::worker::{Probed, WorkerHandle};
 
 /// The largest request body accepted, in bytes.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -67,16 +69,17 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// Probes one cluster now under the worker's rules, never while the worker probes it.
 pub trait ProbeNow: Send + Sync + 'static {
     /// Probes `cluster` once and applies the outcome; returns it.
-    fn probe_now<'a>(
-        &'a self,
-        cluster: &'a str,
-    ) -> BoxFuture<'a, Result<ProbeOutcome, ProbeNowError>>;
+    fn probe_now<'a>(&'a self, cluster: &'a str) -> BoxFuture<'a, Result<Probed, ProbeNowError>>;
 }
 
 /// What the engine knows of its plugins.
 pub trait PluginCatalog: Send + Sync + 'static {
-    /// The loaded plugins, in routing order.
+    /// Every plugin: the serving ones in routing order, then the failed and retired.
     fn plugins(&self) -> Vec<PluginView>;
+
+    /// Compares the plugin directory with what serves and acts on the differences;
+    /// `None` when the engine runs without a plugin directory.
+    fn reload(&self) -> BoxFuture<'_, Option<Result<ReloadView, String>>>;
 }
 
 /// How far start-up has come; `/readyz` reports it.
@@ -155,15 +158,12 @@ impl std::fmt::Debug for ApiState {
 }
 
 impl<P: crate::worker::Prober> ProbeNow for crate::worker::OnDemand<P> {
-    fn probe_now<'a>(
-        &'a self,
-        cluster: &'a str,
-    ) -> BoxFuture<'a, Result<ProbeOutcome, ProbeNowError>> {
+    fn probe_now<'a>(&'a self, cluster: &'a str) -> BoxFuture<'a, Result<Probed, ProbeNowError>> {
         use crate::store::StoreError;
         use crate::worker::OnDemandError;
         Box::pin(async move {
             match self.probe(cluster).await {
-                Ok(Some(outcome)) => Ok(outcome),
+                Ok(Some(probed)) => Ok(probed),
                 Ok(None) | Err(OnDemandError::Store(StoreError::NotFound { .. })) => {
                     Err(ProbeNowError::NotFound(cluster.to_owned()))
                 }

@@ -10,6 +10,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use vigil_decision::{BrakeConfig, HealthPolicy};
 
 use crate::discovery::DiscoverySettings;
+use crate::runtime::ProbationPolicy;
 use crate::store::{redact_url, sqlite_path};
 
 /// vigil — a cluster health engine.
@@ -399,6 +400,27 @@ pub struct PluginArgs {
     /// The XDG base directory for caches, read when VIGIL_CACHE_DIR is unset.
     #[arg(long = "xdg-cache-home", env = "XDG_CACHE_HOME", hide = true)]
     pub xdg_cache_home: Option<PathBuf>,
+
+    /// How many probes a replaced plugin's new generation is judged on before the
+    /// previous generation is released; 0 replaces without probation.
+    #[arg(
+        long = "plugin-probation-probes",
+        env = "VIGIL_PLUGIN_PROBATION_PROBES",
+        value_name = "VIGIL_PLUGIN_PROBATION_PROBES",
+        default_value_t = ProbationPolicy::default().probes
+    )]
+    pub probation_probes: u32,
+
+    /// The largest share (0–1) of those probes that may be inconclusive; past it the
+    /// new generation is marked failed and the previous one serves again.
+    #[arg(
+        long = "plugin-probation-max-inconclusive",
+        env = "VIGIL_PLUGIN_PROBATION_MAX_INCONCLUSIVE",
+        value_name = "VIGIL_PLUGIN_PROBATION_MAX_INCONCLUSIVE",
+        default_value_t = ProbationPolicy::default().max_inconclusive_ratio,
+        value_parser = parse_share
+    )]
+    pub probation_max_inconclusive: f64,
 }
 
 /// The probe plugins' settings, checked.
@@ -410,6 +432,8 @@ pub struct PluginConfig {
     pub cache_dir: Option<PathBuf>,
     /// Directories (besides the kubeconfig sources) under which credential files may lie.
     pub credential_dirs: Vec<PathBuf>,
+    /// How a replaced plugin's new generation is judged.
+    pub probation: ProbationPolicy,
 }
 
 impl PluginArgs {
@@ -425,6 +449,10 @@ impl PluginArgs {
                 .cloned()
                 .map(crate::discovery::absolute)
                 .collect(),
+            probation: ProbationPolicy {
+                probes: self.probation_probes,
+                max_inconclusive_ratio: self.probation_max_inconclusive,
+            },
         })
     }
 
@@ -463,6 +491,18 @@ impl PluginArgs {
             });
         }
         Ok(cache_dir)
+    }
+}
+
+fn parse_share(text: &str) -> Result<f64, String> {
+    let value: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| "expected a number between 0 and 1".to_owned())?;
+    if (0.0..=1.0).contains(&value) {
+        Ok(value)
+    } else {
+        Err("expected a number between 0 and 1".to_owned())
     }
 }
 

@@ -16,8 +16,8 @@ use vigil::discovery::{self, Sources};
 use vigil::discovery_preview::preview;
 use vigil::serve::{ServeError, load_plugins, serve_with_plugins};
 use vigil::store::{ClusterRecord, ClusterSource, ExistingDatabase, Store, StoreError};
-use vigil::worker::{WorkerSettings, error_chain, probe_once, wall_clock};
-use vigil_decision::{BrakeConfig, ClusterHealth, ClusterId, HealthPolicy, ProbeOutcome};
+use vigil::worker::{Probed, WorkerSettings, error_chain, probe_once, wall_clock};
+use vigil_decision::{BrakeConfig, ClusterHealth, ClusterId, HealthPolicy};
 
 /// Exit code: the command could not do its work.
 const EXIT_ERROR: u8 = 1;
@@ -204,16 +204,18 @@ fn probe(args: &ProbeArgs) -> ExitCode {
         };
         let settings = WorkerSettings::new(defaults, brake, 1);
         let started = Instant::now();
-        let outcome = probe_once(&prober, &found.record, &settings).await;
+        let probed = probe_once(&prober, &found.record, &settings).await;
         let elapsed = started.elapsed();
+        let outcome = &probed.outcome;
         print(&match args.output {
-            OutputFormat::Table => probe_text(&found, &outcome, elapsed),
+            OutputFormat::Table => probe_text(&found, &probed, elapsed),
             OutputFormat::Json => json_text(&json!({
                 "cluster": found.record.name,
                 "found_in": found.origin,
                 "outcome": outcome.label(),
                 "reason_class": outcome.class().map(|c| c.as_str()),
                 "message": outcome.message(),
+                "probed_by": probed.by,
                 "elapsed_ms": u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
                 "applied": false,
             })),
@@ -281,18 +283,26 @@ async fn find_cluster(
             last_outcome: None,
             last_reason: None,
             last_reason_class: None,
+            last_probed_by: None,
         },
         origin,
     }))
 }
 
-fn probe_text(found: &FoundCluster, outcome: &ProbeOutcome, elapsed: Duration) -> String {
+fn probe_text(found: &FoundCluster, probed: &Probed, elapsed: Duration) -> String {
+    let outcome = &probed.outcome;
     let mut text = format!(
         "cluster:  {} (from {})\noutcome:  {}\n",
         found.record.name,
         found.origin,
         outcome.label()
     );
+    if let Some(by) = &probed.by {
+        text.push_str(&format!(
+            "plugin:   {} (generation {})\n",
+            by.plugin, by.generation
+        ));
+    }
     if let Some(class) = outcome.class() {
         text.push_str(&format!("reason:   {}\n", class.as_str()));
     }

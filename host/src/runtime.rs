@@ -25,17 +25,18 @@
 
 mod bindings;
 mod cache;
+mod catalog;
 mod egress;
 mod engine;
 mod manifest;
 mod outcome;
 mod sandbox;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use sha2::Digest as _;
 use tracing::{Instrument, debug, info, info_span, warn};
@@ -46,14 +47,16 @@ use wasmtime::{Store, Trap, UpdateDeadline};
 use self::bindings::vigil::plugin::types;
 use self::bindings::{Probe, ProbePre};
 use self::cache::CodeCache;
+use self::catalog::{Catalog, Generation, ProbationVerdict};
 use self::engine::SharedEngine;
 use self::outcome::CallEnd;
 use self::sandbox::{CallCluster, CallState, KnownKubeconfigs, is_credential_reference};
 use crate::reference::Reference;
 use crate::tls::TlsClients;
-use crate::worker::{ProbeTarget, Prober};
+use crate::worker::{ProbeTarget, Probed, ProbedBy, Prober};
 
 pub use self::cache::CacheStatus;
+pub use self::catalog::{CandidateFailure, FailureStage, PluginState, ProbationPolicy};
 pub use self::egress::{MAX_REQUEST_BODY_BYTES, MAX_RESPONSE_BODY_BYTES};
 pub use self::manifest::{DEFAULT_MEMORY_MIB, MAX_MEMORY_MIB, Manifest};
 pub use self::outcome::{MAX_DETAIL_BYTES, MAX_DETAILS, MAX_MESSAGE_BYTES};
@@ -166,6 +169,26 @@ pub enum Refusal {
     /// `info()` trapped, overran its deadline or answered nonsense.
     #[error("did not answer info(): {0}")]
     Info(String),
+    /// The plugin asks for more than the running engine can give it.
+    #[error("cannot be run by this engine: {0}")]
+    Limits(String),
+}
+
+impl Refusal {
+    /// The stage of loading at which a file was refused.
+    pub fn stage(&self) -> FailureStage {
+        match self {
+            Self::Unreadable(_) => FailureStage::Read,
+            Self::NotWasm | Self::CoreModule | Self::Invalid(_) => FailureStage::Compile,
+            Self::UnsupportedVersion { .. } | Self::WrongWorld { .. } | Self::AuditNotRunYet => {
+                FailureStage::World
+            }
+            Self::Link(_) => FailureStage::Link,
+            Self::Manifest(_) => FailureStage::Manifest,
+            Self::Info(_) => FailureStage::Info,
+            Self::Limits(_) => FailureStage::Limits,
+        }
+    }
 }
 
 /// A plugin file that was refused, and why.
@@ -183,6 +206,9 @@ pub struct RefusedPlugin {
 pub struct PluginSummary {
     /// The plugin's name in vigil: the file name without `.wasm`.
     pub name: String,
+    /// The generation: 1 for the first file loaded under this name, one more for each
+    /// new or changed file (a failed one too).
+    pub generation: u64,
     /// The file it was loaded from.
     pub file: PathBuf,
     /// The name the plugin gives itself.
@@ -212,6 +238,19 @@ pub struct LoadReport {
     pub refused: Vec<RefusedPlugin>,
 }
 
+/// What one [`PluginRuntime::reload`] did.
+#[derive(Debug, Clone, Default)]
+pub struct ReloadReport {
+    /// Candidates that loaded and now serve (a replacement on probation).
+    pub promoted: Vec<PluginSummary>,
+    /// Candidates that failed; what served before keeps serving.
+    pub refused: Vec<RefusedPlugin>,
+    /// Plugins whose file is gone, with the generation that retired.
+    pub retired: Vec<(String, u64)>,
+    /// Files that had not changed since they were last loaded or refused.
+    pub unchanged: Vec<String>,
+}
+
 /// A plugin's call counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PluginStats {
@@ -221,10 +260,34 @@ pub struct PluginStats {
     pub faults: u64,
 }
 
-/// One loaded plugin.
+/// One plugin name as the API shows it: the generation that serves (or retired), its
+/// state and counters, and what failed last.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PluginStatus {
+    /// The plugin's name in vigil.
+    pub name: String,
+    /// Where it stands.
+    pub state: PluginState,
+    /// The generation that serves, or that served until the file was removed.
+    pub current: Option<PluginSummary>,
+    /// Its counters.
+    pub stats: PluginStats,
+    /// During a probation: the generation kept to roll back to.
+    pub previous_generation: Option<u64>,
+    /// A candidate generation being checked now.
+    pub candidate_generation: Option<u64>,
+    /// During a probation: the probes judged so far and how many were inconclusive.
+    pub probation: Option<(u32, u32)>,
+    /// The last candidate or generation that failed, kept until the plugin is removed.
+    pub last_failure: Option<CandidateFailure>,
+}
+
+/// One loaded plugin generation.
 struct LoadedPlugin {
     summary: PluginSummary,
     name: Arc<str>,
+    /// The digest of the `.wasm` and the `.toml` it was loaded from.
+    content: String,
     manifest: Arc<Manifest>,
     pre: ProbePre<CallState>,
     probes: AtomicU64,
@@ -239,19 +302,51 @@ impl std::fmt::Debug for LoadedPlugin {
     }
 }
 
-/// Routing decisions are cached per cluster, reference and plugin: `accepts` is asked
-/// once, not per probe.
-type RouteKey = (ClusterId, String, Arc<str>);
+impl Generation for LoadedPlugin {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn generation(&self) -> u64 {
+        self.summary.generation
+    }
+    fn content(&self) -> &str {
+        &self.content
+    }
+    fn priority(&self) -> i32 {
+        self.summary.priority
+    }
+}
 
-#[derive(Debug)]
+/// Routing decisions are cached per cluster, reference and plugin generation:
+/// `accepts` is asked once, not per probe, and again after a replacement.
+type RouteKey = (ClusterId, String, Arc<str>, u64);
+
 struct Inner {
     // Declared first so that plugins (which hold engine resources) drop before it.
-    plugins: Vec<Arc<LoadedPlugin>>,
+    catalog: Mutex<Catalog<LoadedPlugin>>,
     routes: Mutex<HashMap<RouteKey, bool>>,
+    /// One reload at a time: the directory is compared with the catalog as a whole.
+    reloading: tokio::sync::Mutex<()>,
+    plugin_dir: PathBuf,
+    linker: Linker<CallState>,
+    cache: Option<CodeCache>,
+    /// The memory cap the engine's pool was sized for: a candidate asking for more is
+    /// refused until restart.
+    max_memory_bytes: u64,
     tls: TlsClients,
     credential_dirs: Arc<[PathBuf]>,
     kubeconfigs: Arc<KnownKubeconfigs>,
     engine: SharedEngine,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inner")
+            .field("catalog", &self.catalog)
+            .field("plugin_dir", &self.plugin_dir)
+            .field("max_memory_bytes", &self.max_memory_bytes)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The loaded probe plugins and the engine that runs them. Cheap to clone.
@@ -264,21 +359,25 @@ pub struct PluginRuntime {
 struct Candidate {
     name: String,
     file: PathBuf,
+    generation: u64,
     manifest: Manifest,
+    bytes: Vec<u8>,
+    content: String,
 }
 
 impl PluginRuntime {
     /// Loads every `NAME.wasm` of `settings.plugin_dir`. Refused files are in the
-    /// report; only an unreadable directory or an engine failure is an error.
+    /// report; only an unreadable directory or an engine failure is an error. Each
+    /// plugin loaded is its generation 1; [`Self::reload`] brings later ones.
     pub async fn load(settings: &RuntimeSettings) -> Result<(Self, LoadReport), RuntimeError> {
-        let mut report = LoadReport::default();
-        let candidates = list_candidates(&settings.plugin_dir, &mut report)?;
+        let files = list_plugin_files(&settings.plugin_dir)?;
 
         // The pool's memory slots are sized for the largest cap, so the manifests are
-        // read before the engine is built.
-        let largest = candidates
+        // read before the engine is built (a broken one is refused by the reload).
+        let largest = files
             .iter()
-            .map(|c| c.manifest.memory_bytes())
+            .filter_map(|(_, file)| Manifest::read(&file.with_extension("toml")).ok())
+            .map(|manifest| manifest.memory_bytes())
             .max()
             .unwrap_or(0)
             .max(Manifest::default().memory_bytes());
@@ -296,93 +395,222 @@ impl PluginRuntime {
             })
             .map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
 
-        let mut plugins = Vec::new();
-        for candidate in candidates {
-            let file = candidate.file.clone();
-            match load_one(&engine, &linker, cache.as_ref(), &tls, candidate).await {
-                Ok(plugin) => {
-                    info!(plugin = %plugin.name, version = %plugin.summary.version, cache = ?plugin.summary.cache, "plugin loaded");
-                    plugins.push(Arc::new(plugin));
-                }
-                Err(reason) => {
-                    let refused = RefusedPlugin { file, reason };
-                    warn!("{refused}");
-                    report.refused.push(refused);
-                }
-            }
-        }
-        plugins.sort_by(|a, b| {
-            b.summary
-                .priority
-                .cmp(&a.summary.priority)
-                .then_with(|| a.name.cmp(&b.name))
-        });
-        report.loaded = plugins.iter().map(|p| p.summary.clone()).collect();
         let runtime = Self {
             inner: Arc::new(Inner {
-                plugins,
+                catalog: Mutex::new(Catalog::new(ProbationPolicy::default())),
                 routes: Mutex::new(HashMap::new()),
+                reloading: tokio::sync::Mutex::new(()),
+                plugin_dir: settings.plugin_dir.clone(),
+                linker,
+                cache,
+                max_memory_bytes: largest,
                 tls,
                 credential_dirs,
                 kubeconfigs: Arc::default(),
                 engine,
             }),
         };
+        let reload = runtime.reload().await?;
+        let report = LoadReport {
+            loaded: runtime.plugins(),
+            refused: reload.refused,
+        };
         Ok((runtime, report))
     }
 
-    /// The loaded plugins, in routing order.
-    pub fn plugins(&self) -> Vec<PluginSummary> {
+    /// How replacements are judged from now on (default: [`ProbationPolicy::default`]).
+    pub fn set_probation(&self, policy: ProbationPolicy) {
+        self.catalog().set_policy(policy);
+    }
+
+    /// Compares the plugin directory with what serves, and acts on every difference
+    /// (DESIGN §4, replacement): a new or changed `NAME.wasm` or `NAME.toml` is a
+    /// candidate generation — compiled off the probing path, checked, instantiated,
+    /// asked `info()` under its deadline — promoted at once when it loads, and
+    /// discarded with its failure kept when it does not, the previous generation
+    /// serving on; a removed file retires its plugin, whose running probes finish.
+    /// Only an unreadable directory is an error, and then nothing changes.
+    pub async fn reload(&self) -> Result<ReloadReport, RuntimeError> {
+        let _one_at_a_time = self.inner.reloading.lock().await;
+        let mut report = ReloadReport::default();
+        let files = list_plugin_files(&self.inner.plugin_dir)?;
+        let present: BTreeSet<&str> = files.iter().map(|(name, _)| name.as_str()).collect();
+
+        for (name, file) in &files {
+            let read = read_candidate(file);
+            let content = read.as_ref().ok().map(|(_, _, content)| content.clone());
+            if let Some(content) = &content
+                && self.catalog().is_unchanged(name, content)
+            {
+                report.unchanged.push(name.clone());
+                continue;
+            }
+            let generation = self.catalog().open_candidate(name);
+            let loaded = match read {
+                Ok((manifest, bytes, content)) => {
+                    let candidate = Candidate {
+                        name: name.clone(),
+                        file: file.clone(),
+                        generation,
+                        manifest,
+                        bytes,
+                        content,
+                    };
+                    self.load_candidate(candidate).await
+                }
+                Err(refusal) => Err(refusal),
+            };
+            match loaded {
+                Ok(plugin) => {
+                    info!(
+                        plugin = %plugin.name,
+                        generation,
+                        version = %plugin.summary.version,
+                        cache = ?plugin.summary.cache,
+                        "plugin generation promoted"
+                    );
+                    report.promoted.push(plugin.summary.clone());
+                    self.catalog().promote(Arc::new(plugin));
+                }
+                Err(reason) => {
+                    let refused = RefusedPlugin {
+                        file: file.clone(),
+                        reason,
+                    };
+                    warn!(plugin = %name, generation, stage = refused.reason.stage().as_str(), "{refused}; the previous generation, if any, keeps serving");
+                    self.catalog().fail(
+                        name,
+                        content,
+                        CandidateFailure {
+                            file: file.clone(),
+                            generation,
+                            stage: refused.reason.stage(),
+                            message: refused.reason.to_string(),
+                            at: SystemTime::now(),
+                        },
+                    );
+                    report.refused.push(refused);
+                }
+            }
+        }
+
+        let mut catalog = self.catalog();
+        for name in catalog.serving_names() {
+            if !present.contains(name.as_str())
+                && let Some(generation) = catalog.retire(&name)
+            {
+                info!(plugin = %name, generation, "plugin file removed: plugin retired once its running probes finish");
+                report.retired.push((name, generation));
+            }
+        }
+        for entry in catalog.entries() {
+            if !present.contains(entry.name.as_str()) {
+                catalog.forget_failed(&entry.name);
+            }
+        }
+        drop(catalog);
+        if !report.promoted.is_empty() || !report.retired.is_empty() {
+            self.routes().clear();
+        }
+        Ok(report)
+    }
+
+    /// Loads one candidate, refusing a memory cap the engine was not sized for.
+    async fn load_candidate(&self, candidate: Candidate) -> Result<LoadedPlugin, Refusal> {
+        let wanted = candidate.manifest.memory_bytes();
+        if wanted > self.inner.max_memory_bytes {
+            return Err(Refusal::Limits(format!(
+                "its memory-mib ({} MiB) is more than the running engine was sized for ({} MiB): restart vigil to load it",
+                wanted / (1024 * 1024),
+                self.inner.max_memory_bytes / (1024 * 1024)
+            )));
+        }
+        let inner = &self.inner;
+        load_one(
+            &inner.engine,
+            &inner.linker,
+            inner.cache.as_ref(),
+            &inner.tls,
+            candidate,
+        )
+        .await
+    }
+
+    fn catalog(&self) -> std::sync::MutexGuard<'_, Catalog<LoadedPlugin>> {
         self.inner
-            .plugins
+            .catalog
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn routes(&self) -> std::sync::MutexGuard<'_, HashMap<RouteKey, bool>> {
+        self.inner
+            .routes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The plugins that serve now, in routing order.
+    pub fn plugins(&self) -> Vec<PluginSummary> {
+        self.catalog()
+            .routing()
             .iter()
             .map(|p| p.summary.clone())
             .collect()
     }
 
-    /// The call counters of a loaded plugin.
-    pub fn stats(&self, plugin: &str) -> Option<PluginStats> {
-        self.find(plugin).map(|p| PluginStats {
-            probes: p.probes.load(Ordering::Relaxed),
-            faults: p.faults.load(Ordering::Relaxed),
-        })
+    /// Every plugin name the runtime knows — serving, on probation, failed or retired —
+    /// by name.
+    pub fn catalog_status(&self) -> Vec<PluginStatus> {
+        self.catalog()
+            .entries()
+            .into_iter()
+            .map(|entry| PluginStatus {
+                stats: entry.current.as_deref().map(stats_of).unwrap_or_default(),
+                current: entry.current.map(|p| p.summary.clone()),
+                name: entry.name,
+                state: entry.state,
+                previous_generation: entry.previous_generation,
+                candidate_generation: entry.candidate_generation,
+                probation: entry.probation,
+                last_failure: entry.last_failure,
+            })
+            .collect()
     }
 
-    fn find(&self, plugin: &str) -> Option<&Arc<LoadedPlugin>> {
-        self.inner.plugins.iter().find(|p| &*p.name == plugin)
+    /// The call counters of the serving generation of a plugin.
+    pub fn stats(&self, plugin: &str) -> Option<PluginStats> {
+        self.find(plugin).as_deref().map(stats_of)
+    }
+
+    fn find(&self, plugin: &str) -> Option<Arc<LoadedPlugin>> {
+        self.catalog().serving(plugin)
     }
 
     /// The plugin that probes `target` (DESIGN §4): its explicit plugin, else the
     /// highest-priority plugin that accepts it, or why there is none.
     async fn route(&self, target: &ProbeTarget) -> Result<Arc<LoadedPlugin>, ProbeOutcome> {
         if let Some(name) = &target.plugin {
-            return self
-                .find(name)
-                .cloned()
-                .ok_or_else(|| ProbeOutcome::NotProbeable {
-                    class: ReasonClass::NoPlugin,
-                    message: format!("the cluster's plugin {name} is not loaded"),
-                });
+            return self.find(name).ok_or_else(|| ProbeOutcome::NotProbeable {
+                class: ReasonClass::NoPlugin,
+                message: format!("the cluster's plugin {name} is not loaded"),
+            });
         }
         let reference = target.reference.to_string();
-        for plugin in &self.inner.plugins {
-            let key = (target.cluster, reference.clone(), Arc::clone(&plugin.name));
-            let cached = self
-                .inner
-                .routes
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .get(&key)
-                .copied();
+        let routing = self.catalog().routing();
+        for plugin in routing.iter() {
+            let key = (
+                target.cluster,
+                reference.clone(),
+                Arc::clone(&plugin.name),
+                plugin.summary.generation,
+            );
+            let cached = self.routes().get(&key).copied();
             let accepts = match cached {
                 Some(accepts) => accepts,
                 None => {
                     let accepts = self.accepts(plugin, target).await;
-                    self.inner
-                        .routes
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .insert(key, accepts);
+                    self.routes().insert(key, accepts);
                     accepts
                 }
             };
@@ -492,21 +720,80 @@ impl PluginRuntime {
         } else {
             debug!(plugin = %plugin.name, cluster = %target.name, outcome = %outcome.label(), contacted = record.cluster_contacted, "probe done");
         }
+        self.judge_probation(plugin, &outcome);
         outcome
+    }
+
+    /// Counts a probe towards its generation's probation, and rolls back to the
+    /// previous generation when the probation fails.
+    fn judge_probation(&self, plugin: &LoadedPlugin, outcome: &ProbeOutcome) {
+        let inconclusive = matches!(outcome, ProbeOutcome::Inconclusive { .. });
+        let verdict = self.catalog().record_probe(
+            &plugin.name,
+            plugin.summary.generation,
+            inconclusive,
+            || plugin.summary.file.clone(),
+        );
+        match verdict {
+            ProbationVerdict::Pending => {}
+            ProbationVerdict::Passed { generation } => {
+                info!(plugin = %plugin.name, generation, "plugin generation passed its probation");
+            }
+            ProbationVerdict::RolledBack {
+                failed,
+                restored,
+                message,
+            } => {
+                self.routes().clear();
+                warn!(plugin = %plugin.name, generation = failed, restored, "plugin generation failed its probation and was rolled back: {message}");
+            }
+        }
+    }
+
+    /// Routes and probes `target`, saying which plugin generation answered.
+    async fn probe_routed(&self, target: &ProbeTarget) -> Probed {
+        let span = info_span!("plugin_probe", cluster = %target.name);
+        async {
+            match self.route(target).await {
+                Ok(plugin) => {
+                    let outcome = self
+                        .call_probe(&plugin, target)
+                        .instrument(info_span!(
+                            "generation",
+                            plugin = %plugin.name,
+                            generation = plugin.summary.generation
+                        ))
+                        .await;
+                    Probed {
+                        outcome,
+                        by: Some(ProbedBy {
+                            plugin: plugin.name.to_string(),
+                            generation: plugin.summary.generation,
+                        }),
+                    }
+                }
+                Err(outcome) => Probed { outcome, by: None },
+            }
+        }
+        .instrument(span)
+        .await
     }
 }
 
 impl Prober for PluginRuntime {
     async fn probe(&self, target: &ProbeTarget) -> ProbeOutcome {
-        let span = info_span!("plugin_probe", cluster = %target.name);
-        async {
-            match self.route(target).await {
-                Ok(plugin) => self.call_probe(&plugin, target).await,
-                Err(outcome) => outcome,
-            }
-        }
-        .instrument(span)
-        .await
+        self.probe_routed(target).await.outcome
+    }
+
+    async fn probe_attributed(&self, target: &ProbeTarget) -> Probed {
+        self.probe_routed(target).await
+    }
+}
+
+fn stats_of(plugin: &LoadedPlugin) -> PluginStats {
+    PluginStats {
+        probes: plugin.probes.load(Ordering::Relaxed),
+        faults: plugin.faults.load(Ordering::Relaxed),
     }
 }
 
@@ -622,45 +909,50 @@ fn wire_cluster(plugin: &LoadedPlugin, target: &ProbeTarget) -> types::Cluster {
     }
 }
 
-/// The `NAME.wasm` files of `dir`, sorted by name, with their manifests; files with a
-/// broken manifest are refused here.
-fn list_candidates(dir: &Path, report: &mut LoadReport) -> Result<Vec<Candidate>, RuntimeError> {
+/// The `NAME.wasm` files of `dir`, sorted by name. A file whose name is not UTF-8
+/// cannot be named in the API or a `NAME.toml`: it is skipped with a warning.
+fn list_plugin_files(dir: &Path) -> Result<Vec<(String, PathBuf)>, RuntimeError> {
     let entries = std::fs::read_dir(dir).map_err(|source| RuntimeError::PluginDir {
         dir: dir.to_path_buf(),
         source,
     })?;
-    let mut files: Vec<PathBuf> = entries
-        .filter_map(Result::ok)
-        .map(|entry| entry.path())
-        .filter(|path| path.extension().is_some_and(|e| e == "wasm") && path.is_file())
-        .collect();
-    files.sort();
-    let mut candidates = Vec::new();
-    for file in files {
-        let Some(name) = file.file_stem().and_then(|s| s.to_str()).map(str::to_owned) else {
-            report.refused.push(RefusedPlugin {
-                file,
-                reason: Refusal::Unreadable("the file name is not UTF-8".to_owned()),
-            });
+    let mut files: Vec<(String, PathBuf)> = Vec::new();
+    for path in entries.filter_map(Result::ok).map(|entry| entry.path()) {
+        if !path.extension().is_some_and(|e| e == "wasm") || !path.is_file() {
             continue;
-        };
-        match Manifest::read(&file.with_extension("toml")) {
-            Ok(manifest) => candidates.push(Candidate {
-                name,
-                file,
-                manifest,
-            }),
-            Err(message) => {
-                let refused = RefusedPlugin {
-                    file,
-                    reason: Refusal::Manifest(message),
-                };
-                warn!("{refused}");
-                report.refused.push(refused);
-            }
+        }
+        match path.file_stem().and_then(|s| s.to_str()) {
+            Some(name) => files.push((name.to_owned(), path.clone())),
+            None => warn!(file = %path.display(), "plugin file skipped: its name is not UTF-8"),
         }
     }
-    Ok(candidates)
+    files.sort();
+    Ok(files)
+}
+
+/// Reads a plugin file and its `NAME.toml`: the manifest, the component's bytes, and
+/// the digest of both that tells a changed plugin from an unchanged one.
+fn read_candidate(file: &Path) -> Result<(Manifest, Vec<u8>, String), Refusal> {
+    let size = std::fs::metadata(file)
+        .map_err(|e| Refusal::Unreadable(e.to_string()))?
+        .len();
+    if size > MAX_PLUGIN_FILE_BYTES {
+        return Err(Refusal::Unreadable(format!(
+            "larger than {MAX_PLUGIN_FILE_BYTES} bytes"
+        )));
+    }
+    let bytes = std::fs::read(file).map_err(|e| Refusal::Unreadable(e.to_string()))?;
+    let manifest_path = file.with_extension("toml");
+    let manifest = Manifest::read(&manifest_path).map_err(Refusal::Manifest)?;
+    let manifest_bytes = std::fs::read(&manifest_path).unwrap_or_default();
+    let mut digest = sha2::Sha256::new();
+    digest.update(sha2::Sha256::digest(&bytes));
+    digest.update(sha2::Sha256::digest(&manifest_bytes));
+    Ok((manifest, bytes, hex(&digest.finalize())))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Compiles, checks, links and asks `info()` of one plugin.
@@ -674,22 +966,13 @@ async fn load_one(
     let Candidate {
         name,
         file,
+        generation,
         manifest,
+        bytes,
+        content,
     } = candidate;
-    let size = std::fs::metadata(&file)
-        .map_err(|e| Refusal::Unreadable(e.to_string()))?
-        .len();
-    if size > MAX_PLUGIN_FILE_BYTES {
-        return Err(Refusal::Unreadable(format!(
-            "larger than {MAX_PLUGIN_FILE_BYTES} bytes"
-        )));
-    }
-    let bytes = std::fs::read(&file).map_err(|e| Refusal::Unreadable(e.to_string()))?;
     check_header(&bytes)?;
-    let hash: String = sha2::Sha256::digest(&bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let hash = hex(&sha2::Sha256::digest(&bytes));
 
     // Compiling is CPU-bound (tens of milliseconds to seconds): off the async threads.
     let compile_engine = engine.engine().clone();
@@ -743,6 +1026,7 @@ async fn load_one(
     }
     let summary = PluginSummary {
         name: name.to_string(),
+        generation,
         file,
         self_name: info.name,
         version: info.version,
@@ -756,6 +1040,7 @@ async fn load_one(
     Ok(LoadedPlugin {
         summary,
         name,
+        content,
         manifest,
         pre,
         probes: AtomicU64::new(0),

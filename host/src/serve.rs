@@ -11,16 +11,22 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
-use crate::api::{Access, ApiState, PluginCatalog, PluginView, Readiness, TokensError};
+use crate::api::{
+    Access, ApiState, BoxFuture, PluginCatalog, PluginFailureView, PluginView, ProbationView,
+    ProbedByView, Readiness, ReloadView, TokensError, rfc3339,
+};
 use crate::cli::{DISCOVERY_DEBOUNCE, EngineConfig, PluginConfig};
 use crate::discovery::{self, DiscoverySettings, Sources};
 use crate::lock::{DatabaseLock, LockError};
 use crate::metrics::Metrics;
 use crate::reference::{self, Reference};
-use crate::runtime::{PluginRuntime, RuntimeError, RuntimeSettings};
+use crate::runtime::{
+    CandidateFailure, PluginRuntime, PluginStatus, ReloadReport, RuntimeError, RuntimeSettings,
+};
 use crate::store::{DiscoveredClusterRow, Store, StoreError, UpsertSummary};
 use crate::worker::{
-    NoPlugins, ProbeTarget, Prober, Worker, WorkerHandle, WorkerSettings, WorkerStats, wall_clock,
+    NoPlugins, ProbeTarget, Probed, Prober, Worker, WorkerHandle, WorkerSettings, WorkerStats,
+    wall_clock,
 };
 use vigil_decision::ProbeOutcome;
 
@@ -62,9 +68,13 @@ pub enum EngineProber {
 
 impl Prober for EngineProber {
     async fn probe(&self, target: &ProbeTarget) -> ProbeOutcome {
+        self.probe_attributed(target).await.outcome
+    }
+
+    async fn probe_attributed(&self, target: &ProbeTarget) -> Probed {
         match self {
-            Self::Plugins(runtime) => runtime.probe(target).await,
-            Self::None(none) => none.probe(target).await,
+            Self::Plugins(runtime) => runtime.probe_attributed(target).await,
+            Self::None(none) => none.probe_attributed(target).await,
         }
     }
 }
@@ -78,7 +88,19 @@ pub async fn serve_with_plugins(
 ) -> Result<WorkerStats, ServeError> {
     let _lock = lock(config)?;
     let prober = load_plugins(&config.plugins, &config.discovery, config.concurrency).await?;
-    run(config, prober.clone(), Arc::new(prober), shutdown).await
+    // The plugin directory is live: changes to it and SIGHUP reload it.
+    let reloads = match &prober {
+        EngineProber::Plugins(runtime) => Some(tokio::spawn(crate::plugin_watch::reload_loop(
+            runtime.clone(),
+            config.plugins.plugin_dir.clone(),
+        ))),
+        EngineProber::None(_) => None,
+    };
+    let result = run(config, prober.clone(), Arc::new(prober), shutdown).await;
+    if let Some(reloads) = reloads {
+        reloads.abort();
+    }
+    result
 }
 
 /// Loads the plugin directory, sized for `concurrency` probes at once. A missing
@@ -106,6 +128,7 @@ pub async fn load_plugins(
         credential_dirs: credential_roots(discovery, &plugins.credential_dirs),
     };
     let (runtime, report) = PluginRuntime::load(&settings).await?;
+    runtime.set_probation(plugins.probation);
     if report.loaded.is_empty() {
         warn!(
             plugin_dir = %plugins.plugin_dir.display(),
@@ -167,6 +190,10 @@ impl PluginCatalog for NoCatalog {
     fn plugins(&self) -> Vec<PluginView> {
         Vec::new()
     }
+
+    fn reload(&self) -> BoxFuture<'_, Option<Result<ReloadView, String>>> {
+        Box::pin(async { None })
+    }
 }
 
 impl PluginCatalog for EngineProber {
@@ -174,26 +201,116 @@ impl PluginCatalog for EngineProber {
         let Self::Plugins(runtime) = self else {
             return Vec::new();
         };
-        runtime
-            .plugins()
+        let mut views: Vec<PluginView> = runtime
+            .catalog_status()
             .into_iter()
-            .map(|plugin| {
-                let stats = runtime.stats(&plugin.name).unwrap_or_default();
-                PluginView {
-                    name: plugin.name,
-                    self_name: plugin.self_name,
-                    version: plugin.version,
-                    package: crate::runtime::SUPPORTED_CONTRACT.to_owned(),
-                    hash: Some(plugin.hash),
-                    schemes: plugin.schemes,
-                    priority: plugin.priority,
-                    grants: plugin.grants,
-                    probes: stats.probes,
-                    faults: stats.faults,
-                }
-            })
-            .collect()
+            .map(plugin_view)
+            .collect();
+        // The serving plugins in routing order, then the others by name.
+        let order: Vec<String> = runtime.plugins().into_iter().map(|p| p.name).collect();
+        views.sort_by_key(|view| {
+            order
+                .iter()
+                .position(|name| *name == view.name)
+                .unwrap_or(usize::MAX)
+        });
+        views
     }
+
+    fn reload(&self) -> BoxFuture<'_, Option<Result<ReloadView, String>>> {
+        Box::pin(async move {
+            let Self::Plugins(runtime) = self else {
+                return None;
+            };
+            Some(match runtime.reload().await {
+                Ok(report) => {
+                    crate::plugin_watch::log_reload(&report);
+                    Ok(reload_view(&report))
+                }
+                Err(error) => Err(error.to_string()),
+            })
+        })
+    }
+}
+
+fn plugin_view(status: PluginStatus) -> PluginView {
+    let current = status.current;
+    PluginView {
+        name: status.name,
+        state: status.state.as_str().to_owned(),
+        generation: current.as_ref().map(|p| p.generation),
+        self_name: current.as_ref().map(|p| p.self_name.clone()),
+        version: current.as_ref().map(|p| p.version.clone()),
+        package: crate::runtime::SUPPORTED_CONTRACT.to_owned(),
+        hash: current.as_ref().map(|p| p.hash.clone()),
+        schemes: current
+            .as_ref()
+            .map(|p| p.schemes.clone())
+            .unwrap_or_default(),
+        priority: current.as_ref().map_or(0, |p| p.priority),
+        grants: current.map(|p| p.grants).unwrap_or_default(),
+        probes: status.stats.probes,
+        faults: status.stats.faults,
+        previous_generation: status.previous_generation,
+        candidate_generation: status.candidate_generation,
+        probation: status
+            .probation
+            .map(|(judged, inconclusive)| ProbationView {
+                judged,
+                inconclusive,
+            }),
+        last_failure: status.last_failure.as_ref().map(failure_view),
+    }
+}
+
+fn failure_view(failure: &CandidateFailure) -> PluginFailureView {
+    PluginFailureView {
+        file: failure.file.display().to_string(),
+        generation: failure.generation,
+        stage: failure.stage.as_str().to_owned(),
+        message: failure.message.clone(),
+        at: rfc3339(system_timestamp(failure.at)),
+    }
+}
+
+fn reload_view(report: &ReloadReport) -> ReloadView {
+    ReloadView {
+        promoted: report
+            .promoted
+            .iter()
+            .map(|p| ProbedByView {
+                plugin: p.name.clone(),
+                generation: p.generation,
+            })
+            .collect(),
+        failed: report
+            .refused
+            .iter()
+            .map(|refused| PluginFailureView {
+                file: refused.file.display().to_string(),
+                generation: 0,
+                stage: refused.reason.stage().as_str().to_owned(),
+                message: refused.reason.to_string(),
+                at: rfc3339(wall_clock()),
+            })
+            .collect(),
+        retired: report
+            .retired
+            .iter()
+            .map(|(plugin, generation)| ProbedByView {
+                plugin: plugin.clone(),
+                generation: *generation,
+            })
+            .collect(),
+        unchanged: report.unchanged.clone(),
+    }
+}
+
+fn system_timestamp(at: std::time::SystemTime) -> vigil_decision::Timestamp {
+    vigil_decision::Timestamp(
+        at.duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+    )
 }
 
 /// How long open API connections (event streams) may take to end after shutdown.

@@ -163,6 +163,17 @@ pub struct ClusterRecord {
     pub last_reason: Option<String>,
     /// The reason class of the last non-healthy outcome.
     pub last_reason_class: Option<String>,
+    /// The plugin generation that produced the last outcome, if a plugin answered.
+    pub last_probed_by: Option<ProbedBy>,
+}
+
+/// The plugin, and the generation of it, that produced an outcome.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ProbedBy {
+    /// The plugin's name.
+    pub plugin: String,
+    /// Its generation (DESIGN §4, replacement).
+    pub generation: u64,
 }
 
 #[derive(FromRow)]
@@ -191,12 +202,15 @@ struct ClusterRow {
     last_reason: Option<String>,
     last_reason_class: Option<String>,
     open_outage_id: Option<i64>,
+    last_plugin: Option<String>,
+    last_plugin_generation: Option<i64>,
 }
 
 const CLUSTER_COLUMNS: &str = "id, name, endpoint, kubeconfig_secret_ref, source, ignored, plugin, \
      plugin_parameters, labels, policy, status, conditions, consecutive_failures, consecutive_successes, \
      consecutive_inconclusive, last_counted_failure, next_due, first_seen, last_probe, \
-     last_success, last_outcome, last_reason, last_reason_class, open_outage_id";
+     last_success, last_outcome, last_reason, last_reason_class, open_outage_id, last_plugin, \
+     last_plugin_generation";
 
 fn counter(value: i64) -> u32 {
     u32::try_from(value.max(0)).unwrap_or(u32::MAX)
@@ -251,6 +265,13 @@ impl TryFrom<ClusterRow> for ClusterRecord {
             last_outcome: row.last_outcome,
             last_reason: row.last_reason,
             last_reason_class: row.last_reason_class,
+            last_probed_by: row.last_plugin.map(|plugin| ProbedBy {
+                plugin,
+                generation: row
+                    .last_plugin_generation
+                    .and_then(|g| u64::try_from(g).ok())
+                    .unwrap_or(0),
+            }),
         })
     }
 }
@@ -820,6 +841,20 @@ impl Store {
         next_due: Timestamp,
         settings: &ApplySettings,
     ) -> Result<Option<AppliedProbe>, StoreError> {
+        self.apply_probe_by(cluster, outcome, None, now, next_due, settings)
+            .await
+    }
+
+    /// [`Self::apply_probe`], recording which plugin generation produced the outcome.
+    pub async fn apply_probe_by(
+        &self,
+        cluster: ClusterId,
+        outcome: &ProbeOutcome,
+        by: Option<&ProbedBy>,
+        now: Timestamp,
+        next_due: Timestamp,
+        settings: &ApplySettings,
+    ) -> Result<Option<AppliedProbe>, StoreError> {
         let mut tx = self.begin_write().await?;
         let Some(record) = cluster_in_tx(&mut tx, cluster).await? else {
             return Ok(None);
@@ -986,7 +1021,8 @@ impl Store {
         sqlx::query(
             "UPDATE clusters SET last_outcome = ?, last_reason = ?, last_reason_class = ?, \
              latest_conclusive = COALESCE(?, latest_conclusive), \
-             latest_conclusive_at = CASE WHEN ? IS NULL THEN latest_conclusive_at ELSE ? END \
+             latest_conclusive_at = CASE WHEN ? IS NULL THEN latest_conclusive_at ELSE ? END, \
+             last_plugin = ?, last_plugin_generation = ? \
              WHERE id = ?",
         )
         .bind(outcome.label())
@@ -995,6 +1031,8 @@ impl Store {
         .bind(conclusive)
         .bind(conclusive)
         .bind(now.0)
+        .bind(by.map(|by| by.plugin.as_str()))
+        .bind(by.map(|by| i64::try_from(by.generation).unwrap_or(i64::MAX)))
         .bind(cluster.0)
         .execute(&mut *tx)
         .await

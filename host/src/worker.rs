@@ -21,6 +21,7 @@ use vigil_decision::{
 
 use crate::metrics::{AUTO_PLUGIN, Metrics};
 use crate::reference::{self, ConnectionMaterial, Reference, Resolution};
+pub use crate::store::ProbedBy;
 use crate::store::{AppliedProbe, ApplySettings, ClusterRecord, Store, StoreError};
 
 /// The current wall-clock time. The only place the engine reads the clock for
@@ -62,6 +63,33 @@ pub struct ProbeTarget {
 pub trait Prober: Send + Sync + 'static {
     /// Probes one cluster once.
     fn probe(&self, target: &ProbeTarget) -> impl Future<Output = ProbeOutcome> + Send;
+
+    /// Probes one cluster once, saying which plugin generation produced the outcome.
+    /// The default says nothing: only the plugin runtime routes to plugins.
+    fn probe_attributed(&self, target: &ProbeTarget) -> impl Future<Output = Probed> + Send {
+        async move {
+            Probed {
+                outcome: self.probe(target).await,
+                by: None,
+            }
+        }
+    }
+}
+
+/// An outcome and the plugin generation that produced it, if a plugin answered.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Probed {
+    /// The outcome.
+    pub outcome: ProbeOutcome,
+    /// The plugin generation that produced it.
+    pub by: Option<ProbedBy>,
+}
+
+impl Probed {
+    /// An outcome no plugin produced (the host's own: unresolvable reference, timeout).
+    fn host(outcome: ProbeOutcome) -> Self {
+        Self { outcome, by: None }
+    }
 }
 
 /// The prober of an engine with no probe plugin loaded: every reference the
@@ -357,8 +385,8 @@ impl<P: Prober> ProbeJob<P> {
         let timeout = Duration::from_secs(u64::from(policy.timeout_seconds.max(1)));
         let probing = Instant::now();
         let probe = probe_cluster(self.prober.as_ref(), &cluster, timeout, self.settings.grace);
-        let outcome = tokio::select! {
-            outcome = probe => outcome,
+        let Probed { outcome, by } = tokio::select! {
+            probed = probe => probed,
             _ = self.stop.wait_for(|stop| *stop) => {
                 debug!("probe abandoned at shutdown");
                 return ProbeEnd::Abandoned;
@@ -366,14 +394,21 @@ impl<P: Prober> ProbeJob<P> {
         };
         let elapsed = probing.elapsed();
         if let Some(metrics) = &self.metrics {
-            metrics.record_probe(plugin_label(&cluster), &outcome, elapsed);
+            metrics.record_probe(plugin_label(&cluster, by.as_ref()), &outcome, elapsed);
         }
 
         let now = wall_clock();
         let next_due = next_due.max(now);
         match self
             .store
-            .apply_probe(cluster.id, &outcome, now, next_due, &self.settings.apply())
+            .apply_probe_by(
+                cluster.id,
+                &outcome,
+                by.as_ref(),
+                now,
+                next_due,
+                &self.settings.apply(),
+            )
             .await
         {
             Ok(Some(applied)) => {
@@ -419,7 +454,7 @@ pub enum OnDemandError {
 impl<P: Prober> OnDemand<P> {
     /// Probes `cluster` once and applies the outcome (see [`probe_now`]). `Ok(None)`
     /// when the cluster disappeared meanwhile.
-    pub async fn probe(&self, cluster: &str) -> Result<Option<ProbeOutcome>, OnDemandError> {
+    pub async fn probe(&self, cluster: &str) -> Result<Option<Probed>, OnDemandError> {
         let id = self.store.cluster(cluster).await?.id;
         if !lock(&self.in_flight).insert(id) {
             return Err(OnDemandError::InProgress(cluster.to_owned()));
@@ -437,7 +472,7 @@ impl<P: Prober> OnDemand<P> {
             cluster,
         )
         .await?;
-        Ok(result.map(|(outcome, _)| outcome))
+        Ok(result.map(|(probed, _)| probed))
     }
 }
 
@@ -462,7 +497,7 @@ pub async fn probe_now<P: Prober>(
     prober: &P,
     settings: &WorkerSettings,
     cluster: &str,
-) -> Result<Option<(ProbeOutcome, AppliedProbe)>, StoreError> {
+) -> Result<Option<(Probed, AppliedProbe)>, StoreError> {
     probe_now_recorded(store, prober, settings, None, cluster).await
 }
 
@@ -474,27 +509,38 @@ pub async fn probe_now_recorded<P: Prober>(
     settings: &WorkerSettings,
     metrics: Option<&Metrics>,
     cluster: &str,
-) -> Result<Option<(ProbeOutcome, AppliedProbe)>, StoreError> {
+) -> Result<Option<(Probed, AppliedProbe)>, StoreError> {
     let record = store.cluster(cluster).await?;
     let policy = settings.defaults.with_overrides(&record.policy);
     let started = wall_clock();
     let timeout = Duration::from_secs(u64::from(policy.timeout_seconds.max(1)));
     let probing = Instant::now();
-    let outcome = probe_cluster(prober, &record, timeout, settings.grace).await;
+    let probed = probe_cluster(prober, &record, timeout, settings.grace).await;
     if let Some(metrics) = metrics {
-        metrics.record_probe(plugin_label(&record), &outcome, probing.elapsed());
+        metrics.record_probe(
+            plugin_label(&record, probed.by.as_ref()),
+            &probed.outcome,
+            probing.elapsed(),
+        );
     }
     let now = wall_clock();
     let next_due = schedule_next(record.id, started, &policy).max(now);
     let applied = store
-        .apply_probe(record.id, &outcome, now, next_due, &settings.apply())
+        .apply_probe_by(
+            record.id,
+            &probed.outcome,
+            probed.by.as_ref(),
+            now,
+            next_due,
+            &settings.apply(),
+        )
         .await?;
     Ok(applied.map(|applied| {
-        log_applied(&applied, &outcome);
+        log_applied(&applied, &probed.outcome);
         if let Some(metrics) = metrics {
             metrics.record_applied(&applied);
         }
-        (outcome, applied)
+        (probed, applied)
     }))
 }
 
@@ -506,16 +552,18 @@ pub async fn probe_once<P: Prober>(
     prober: &P,
     cluster: &ClusterRecord,
     settings: &WorkerSettings,
-) -> ProbeOutcome {
+) -> Probed {
     let policy = settings.defaults.with_overrides(&cluster.policy);
     let timeout = Duration::from_secs(u64::from(policy.timeout_seconds.max(1)));
     probe_cluster(prober, cluster, timeout, settings.grace).await
 }
 
-/// The plugin a probe is labelled with in the metrics: the cluster's explicit
-/// plugin, else [`AUTO_PLUGIN`] (the runtime's routing is not visible here).
-fn plugin_label(cluster: &ClusterRecord) -> &str {
-    cluster.plugin.as_deref().unwrap_or(AUTO_PLUGIN)
+/// The plugin a probe is labelled with in the metrics: the plugin that answered, else
+/// the cluster's explicit plugin, else [`AUTO_PLUGIN`] (no plugin was routed to).
+fn plugin_label<'a>(cluster: &'a ClusterRecord, by: Option<&'a ProbedBy>) -> &'a str {
+    by.map(|by| by.plugin.as_str())
+        .or(cluster.plugin.as_deref())
+        .unwrap_or(AUTO_PLUGIN)
 }
 
 /// Resolves the reference on the host and, when it can be probed, asks the
@@ -526,14 +574,14 @@ async fn probe_cluster<P: Prober>(
     cluster: &ClusterRecord,
     timeout: Duration,
     grace: Duration,
-) -> ProbeOutcome {
+) -> Probed {
     let reference = match Reference::parse(&cluster.kubeconfig_secret_ref) {
         Ok(reference) => reference,
         Err(error) => {
-            return ProbeOutcome::NotProbeable {
+            return Probed::host(ProbeOutcome::NotProbeable {
                 class: ReasonClass::ReferenceBroken,
                 message: format!("invalid reference: {error}"),
-            };
+            });
         }
     };
     let resolving = reference.clone();
@@ -541,15 +589,15 @@ async fn probe_cluster<P: Prober>(
     {
         Ok(resolution) => resolution,
         Err(error) => {
-            return ProbeOutcome::Inconclusive {
+            return Probed::host(ProbeOutcome::Inconclusive {
                 class: ReasonClass::PluginFault,
                 message: format!("resolving the reference failed: {error}"),
-            };
+            });
         }
     };
     let connection = match resolution {
         Resolution::NotProbeable { class, message } => {
-            return ProbeOutcome::NotProbeable { class, message };
+            return Probed::host(ProbeOutcome::NotProbeable { class, message });
         }
         Resolution::Connection(material) => Some(material),
         Resolution::Delegated => None,
@@ -565,16 +613,16 @@ async fn probe_cluster<P: Prober>(
         labels: cluster.labels.clone(),
         parameters: cluster.parameters.clone(),
     };
-    match tokio::time::timeout(timeout + grace, prober.probe(&target)).await {
-        Ok(outcome) => outcome,
-        Err(_) => ProbeOutcome::Inconclusive {
+    match tokio::time::timeout(timeout + grace, prober.probe_attributed(&target)).await {
+        Ok(probed) => probed,
+        Err(_) => Probed::host(ProbeOutcome::Inconclusive {
             class: ReasonClass::PluginFault,
             message: format!(
                 "the probe did not return within its {}s timeout plus {}ms grace; abandoned",
                 timeout.as_secs(),
                 grace.as_millis()
             ),
-        },
+        }),
     }
 }
 

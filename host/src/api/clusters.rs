@@ -16,11 +16,11 @@ use vigil_decision::{ClusterStatus, ConditionType, ProbeOutcome};
 use super::auth::Caller;
 use super::extract::{ApiJson, ApiPath, ApiQuery};
 use super::problem::{Problem, ProblemKind};
-use super::views::{ClusterPage, ClusterView, EventPage, EventView, PolicyBody};
+use super::views::{ClusterPage, ClusterView, EventPage, EventView, PolicyBody, ProbedByView};
 use super::{ApiState, MAX_PAGE, ProbeNowError};
 use crate::reference::{Reference, lies_under};
 use crate::store::{ClusterFilter, ClusterPatch, ClusterSource, NewCluster};
-use crate::worker::wall_clock;
+use crate::worker::{Probed, wall_clock};
 
 pub(super) fn routes() -> OpenApiRouter<ApiState> {
     OpenApiRouter::new()
@@ -489,6 +489,8 @@ struct ProbeResult {
     reason_class: Option<String>,
     /// The explanation, for every outcome but `healthy`.
     message: Option<String>,
+    /// The plugin and generation that produced the outcome; absent when no plugin did.
+    probed_by: Option<ProbedByView>,
     /// The cluster after the outcome was applied.
     cluster: ClusterView,
 }
@@ -508,17 +510,20 @@ async fn probe_cluster(
     State(state): State<ApiState>,
     ApiPath(ClusterName { name }): ApiPath<ClusterName>,
 ) -> Result<axum::Json<ProbeResult>, Problem> {
-    let outcome = state
-        .prober
-        .probe_now(&name)
-        .await
-        .map_err(|error| match error {
-            ProbeNowError::NotFound(_) => Problem::new(ProblemKind::NotFound, error.to_string()),
-            ProbeNowError::InProgress(_) => {
-                Problem::new(ProblemKind::ProbeInProgress, error.to_string())
-            }
-            ProbeNowError::Store(error) => error.into(),
-        })?;
+    let Probed { outcome, by } =
+        state
+            .prober
+            .probe_now(&name)
+            .await
+            .map_err(|error| match error {
+                ProbeNowError::NotFound(_) => {
+                    Problem::new(ProblemKind::NotFound, error.to_string())
+                }
+                ProbeNowError::InProgress(_) => {
+                    Problem::new(ProblemKind::ProbeInProgress, error.to_string())
+                }
+                ProbeNowError::Store(error) => error.into(),
+            })?;
     let record = state.store.cluster(&name).await?;
     let (reason_class, message) = match &outcome {
         ProbeOutcome::Healthy => (None, None),
@@ -531,6 +536,7 @@ async fn probe_cluster(
         outcome: outcome.label().to_owned(),
         reason_class,
         message,
+        probed_by: by.as_ref().map(ProbedByView::from),
         cluster: ClusterView::new(&record, state.defaults),
     }))
 }

@@ -38,6 +38,8 @@ pub enum ProblemKind {
     ClusterHasApps,
     /// A probe of the cluster is already running.
     ProbeInProgress,
+    /// The engine runs without a plugin directory: there is nothing to reload.
+    NoPluginDirectory,
     /// A file reference outside the allowed directories.
     ReferenceNotAllowed,
     /// No bearer token, or not a valid one.
@@ -60,6 +62,7 @@ impl ProblemKind {
             Self::ClusterOffline => "cluster-offline",
             Self::ClusterHasApps => "cluster-has-apps",
             Self::ProbeInProgress => "probe-in-progress",
+            Self::NoPluginDirectory => "no-plugin-directory",
             Self::ReferenceNotAllowed => "reference-not-allowed",
             Self::Unauthorized => "unauthorized",
             Self::Internal => "internal",
@@ -78,6 +81,7 @@ impl ProblemKind {
             Self::ClusterOffline => "The cluster is OFFLINE",
             Self::ClusterHasApps => "The cluster still has apps",
             Self::ProbeInProgress => "A probe of this cluster is already running",
+            Self::NoPluginDirectory => "vigil runs without a plugin directory",
             Self::ReferenceNotAllowed => "The reference is not allowed",
             Self::Unauthorized => "A valid bearer token is required",
             Self::Internal => "Internal error",
@@ -95,7 +99,8 @@ impl ProblemKind {
             Self::AlreadyExists
             | Self::ClusterOffline
             | Self::ClusterHasApps
-            | Self::ProbeInProgress => StatusCode::CONFLICT,
+            | Self::ProbeInProgress
+            | Self::NoPluginDirectory => StatusCode::CONFLICT,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
             Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
             Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,

@@ -201,6 +201,9 @@ pub struct ClusterView {
     pub next_due: String,
     /// The plugin chosen for it; absent when routed by priority.
     pub plugin: Option<String>,
+    /// The plugin and generation that produced the last outcome; absent when no plugin
+    /// answered it (no plugin loaded, an unusable reference).
+    pub last_probed_by: Option<ProbedByView>,
     /// The policy in force.
     pub policy: PolicyView,
     /// Its own overrides.
@@ -228,6 +231,7 @@ impl ClusterView {
             last_outcome: record.last_outcome.clone(),
             reason: record.last_reason.clone(),
             reason_class: record.last_reason_class.clone(),
+            last_probed_by: record.last_probed_by.as_ref().map(ProbedByView::from),
             counters: CountersView {
                 consecutive_failures: health.consecutive_failures,
                 consecutive_successes: health.consecutive_successes,
@@ -337,10 +341,17 @@ impl From<&AppRecord> for AppView {
 pub struct PluginView {
     /// Its name in vigil (the file name without `.wasm`).
     pub name: String,
+    /// `active`, `probation` (a replacement judged on its first probes, the previous
+    /// generation kept to roll back to), `candidate` (being checked, never served),
+    /// `failed` (no generation serves: see `last_failure`) or `retired` (its file was
+    /// removed).
+    pub state: String,
+    /// The generation that serves (or served until retired); counted per plugin from 1.
+    pub generation: Option<u64>,
     /// The name it gives itself.
-    pub self_name: String,
+    pub self_name: Option<String>,
     /// Its version.
-    pub version: String,
+    pub version: Option<String>,
     /// The contract it targets, e.g. `vigil:plugin@0.1.0`.
     pub package: String,
     /// SHA-256 of the file, hex.
@@ -351,8 +362,71 @@ pub struct PluginView {
     pub priority: i32,
     /// The capabilities granted in its `NAME.toml`.
     pub grants: Vec<String>,
-    /// Probe calls made.
+    /// Probe calls made by this generation.
     pub probes: u64,
-    /// Probe calls that ended inconclusive through its fault.
+    /// Probe calls of this generation that ended inconclusive through its fault.
     pub faults: u64,
+    /// During a probation: the generation that serves again if it fails.
+    pub previous_generation: Option<u64>,
+    /// A candidate generation being checked now.
+    pub candidate_generation: Option<u64>,
+    /// During a probation: its progress.
+    pub probation: Option<ProbationView>,
+    /// The last candidate or generation of this plugin that failed.
+    pub last_failure: Option<PluginFailureView>,
+}
+
+/// A probation's progress.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ProbationView {
+    /// Probes judged so far.
+    pub judged: u32,
+    /// Of which inconclusive.
+    pub inconclusive: u32,
+}
+
+/// Why a generation of a plugin was discarded.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct PluginFailureView {
+    /// The plugin file.
+    pub file: String,
+    /// The generation it was given.
+    pub generation: u64,
+    /// `read`, `manifest`, `compile`, `world`, `link`, `limits`, `info` or `probation`.
+    pub stage: String,
+    /// Why.
+    pub message: String,
+    /// When (RFC 3339).
+    pub at: String,
+}
+
+/// The plugin generation that produced an outcome.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ProbedByView {
+    /// The plugin's name.
+    pub plugin: String,
+    /// Its generation.
+    pub generation: u64,
+}
+
+impl From<&crate::store::ProbedBy> for ProbedByView {
+    fn from(by: &crate::store::ProbedBy) -> Self {
+        Self {
+            plugin: by.plugin.clone(),
+            generation: by.generation,
+        }
+    }
+}
+
+/// What a reload of the plugin directory did.
+#[derive(Debug, Clone, Default, Serialize, ToSchema)]
+pub struct ReloadView {
+    /// Plugins whose new generation now serves: `NAME` and generation.
+    pub promoted: Vec<ProbedByView>,
+    /// Candidates refused; what served before keeps serving.
+    pub failed: Vec<PluginFailureView>,
+    /// Plugins whose file was removed: `NAME` and the generation that retired.
+    pub retired: Vec<ProbedByView>,
+    /// Plugins whose files had not changed.
+    pub unchanged: Vec<String>,
 }

@@ -389,6 +389,21 @@ impl Store {
         .map_err(query_error("counting unprobed clusters"))
     }
 
+    /// Records a reload of the plugin directory asked through the API, with what it did
+    /// and who asked.
+    pub async fn record_plugins_reloaded(
+        &self,
+        detail: &serde_json::Value,
+        actor: Option<&str>,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        insert_event(&mut tx, now, None, None, "plugins-reloaded", detail, actor).await?;
+        tx.commit()
+            .await
+            .map_err(query_error("recording a plugin reload"))
+    }
+
     /// The id of the newest event, 0 when there is none.
     pub async fn last_event_id(&self) -> Result<i64, StoreError> {
         sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) FROM events")
