@@ -918,7 +918,7 @@ fn list_plugin_files(dir: &Path) -> Result<Vec<(String, PathBuf)>, RuntimeError>
     })?;
     let mut files: Vec<(String, PathBuf)> = Vec::new();
     for path in entries.filter_map(Result::ok).map(|entry| entry.path()) {
-        if !path.extension().is_some_and(|e| e == "wasm") || !path.is_file() {
+        if path.extension().is_none_or(|e| e != "wasm") || !path.is_file() {
             continue;
         }
         match path.file_stem().and_then(|s| s.to_str()) {

@@ -13,7 +13,10 @@ use axum::http::{HeaderMap, Method, Request, StatusCode, header};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
-use vigil::api::{Access, ApiState, PluginCatalog, PluginView, Readiness, app};
+use vigil::api::{
+    Access, ApiState, BoxFuture, PluginCatalog, PluginView, ProbedByView, Readiness, ReloadView,
+    app,
+};
 use vigil::metrics::Metrics;
 use vigil::store::Store;
 use vigil::worker::{Worker, WorkerSettings, wall_clock};
@@ -27,14 +30,19 @@ use support::{Behaviour, Sandbox, ScriptedProber, refused, settings};
 const TOKEN: &str = "ops-token-0123456789";
 const OTHER: &str = "ci-token-abcdefghijk";
 
-struct Catalog;
+#[derive(Default)]
+struct Catalog {
+    reloads: std::sync::atomic::AtomicUsize,
+}
 
 impl PluginCatalog for Catalog {
     fn plugins(&self) -> Vec<PluginView> {
         vec![PluginView {
             name: "kubeconfig-file".to_owned(),
-            self_name: "kubeconfig-file".to_owned(),
-            version: "0.1.0".to_owned(),
+            state: "active".to_owned(),
+            generation: Some(2),
+            self_name: Some("kubeconfig-file".to_owned()),
+            version: Some("0.1.0".to_owned()),
             package: "vigil:plugin@0.1.0".to_owned(),
             hash: Some("ab".repeat(32)),
             schemes: vec!["file".to_owned()],
@@ -42,7 +50,26 @@ impl PluginCatalog for Catalog {
             grants: vec!["credentials".to_owned(), "http".to_owned()],
             probes: 3,
             faults: 1,
+            previous_generation: None,
+            candidate_generation: None,
+            probation: None,
+            last_failure: None,
         }]
+    }
+
+    fn reload(&self) -> BoxFuture<'_, Option<Result<ReloadView, String>>> {
+        let count = self
+            .reloads
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Box::pin(async move {
+            Some(Ok(ReloadView {
+                promoted: vec![ProbedByView {
+                    plugin: "kubeconfig-file".to_owned(),
+                    generation: 2 + count as u64,
+                }],
+                ..ReloadView::default()
+            }))
+        })
     }
 }
 
@@ -68,7 +95,7 @@ async fn api_with(read_auth: bool) -> Api {
     let state = ApiState {
         store: store.clone(),
         prober: Arc::new(worker.on_demand()),
-        plugins: Arc::new(Catalog),
+        plugins: Arc::new(Catalog::default()),
         access,
         credential_roots: vec![sandbox.kubeconfigs()].into(),
         defaults: settings.defaults,
@@ -832,6 +859,8 @@ async fn plugins_health_readiness_and_metrics_answer() {
     assert_eq!(plugins.body[0]["name"], "kubeconfig-file");
     assert_eq!(plugins.body[0]["package"], "vigil:plugin@0.1.0");
     assert_eq!(plugins.body[0]["faults"], 1);
+    assert_eq!(plugins.body[0]["state"], "active");
+    assert_eq!(plugins.body[0]["generation"], 2);
     assert_eq!(api.get("/healthz").await.body["status"], "ok");
     let ready = api.get("/readyz").await;
     assert_eq!(
@@ -880,6 +909,7 @@ async fn every_documented_route_is_served_and_every_served_route_is_documented()
         "POST /api/v1/clusters",
         "POST /api/v1/clusters/{name}/probe",
         "POST /api/v1/deployments",
+        "POST /api/v1/plugins/reload",
         "PUT /api/v1/apps/{name}/status",
     ];
     assert_eq!(documented, served);
@@ -1205,4 +1235,36 @@ fn the_document_states_the_rules_the_handlers_check() {
             "GET {path} does not document 400"
         );
     }
+}
+
+#[tokio::test]
+async fn a_plugin_reload_needs_a_token_and_is_recorded_with_its_caller() {
+    let api = api().await;
+    let anonymous = api
+        .send(Method::POST, "/api/v1/plugins/reload", None, None)
+        .await;
+    assert_eq!(
+        anonymous.status,
+        StatusCode::UNAUTHORIZED,
+        "{}",
+        anonymous.text
+    );
+    let before = api.store.last_event_id().await.unwrap();
+
+    let reload = api
+        .send(Method::POST, "/api/v1/plugins/reload", Some(TOKEN), None)
+        .await;
+    assert_eq!(reload.status, StatusCode::OK, "{}", reload.text);
+    assert_eq!(reload.body["promoted"][0]["plugin"], "kubeconfig-file");
+    assert_eq!(reload.body["promoted"][0]["generation"], 2);
+
+    let events = api.store.events_after(before, 10).await.unwrap();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].kind, "plugins-reloaded");
+    assert_eq!(events[0].actor.as_deref(), Some("default"));
+    assert!(
+        events[0].detail.contains("kubeconfig-file"),
+        "{}",
+        events[0].detail
+    );
 }

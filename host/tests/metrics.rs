@@ -272,7 +272,7 @@ async fn the_worker_records_an_outage_its_cascade_and_the_recovery() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(outcome, ProbeOutcome::Healthy);
+    assert_eq!(outcome.outcome, ProbeOutcome::Healthy);
     let text = metrics.render(&store).await.unwrap();
     check(
         &text,

@@ -280,7 +280,8 @@ async fn a_cluster_whose_kubeconfig_disappears_keeps_its_status() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(outcome.label(), "not-probeable");
+    assert_eq!(outcome.outcome.label(), "not-probeable");
+    assert_eq!(outcome.by, None, "no plugin answered");
     assert_eq!(
         prober.total_calls(),
         1,
