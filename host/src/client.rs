@@ -206,6 +206,24 @@ impl ApiClient {
         self.call(Method::POST, &target, PROBE_TIMEOUT).await
     }
 
+    /// Every plugin with its state, generation and last failure: `GET /api/v1/plugins`.
+    pub async fn plugins(&self) -> Result<Vec<serde_json::Value>, ClientError> {
+        match self
+            .call(Method::GET, "/api/v1/plugins", READ_TIMEOUT)
+            .await?
+        {
+            serde_json::Value::Array(plugins) => Ok(plugins),
+            _ => Err(self.unexpected("a plugin list that is not a list")),
+        }
+    }
+
+    /// Reloads the server's plugin directory now: `POST /api/v1/plugins/reload`. The
+    /// answer is the API's `ReloadView` JSON object.
+    pub async fn reload_plugins(&self) -> Result<serde_json::Value, ClientError> {
+        self.call(Method::POST, "/api/v1/plugins/reload", PROBE_TIMEOUT)
+            .await
+    }
+
     fn unexpected(&self, reason: &str) -> ClientError {
         ClientError::Unexpected {
             url: self.server.url.clone(),

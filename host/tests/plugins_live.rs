@@ -1,0 +1,399 @@
+//! The live plugin directory of a running `vigil serve` (DESIGN §4, replacement): files
+//! dropped into, replaced in and removed from the directory while the engine probes a
+//! fake fleet over TLS — no restart. A broken file never stops what works, a
+//! replacement that traps is rolled back after its probation with no cluster changing
+//! status, a good one is promoted and produces the next outcomes, a removed plugin
+//! leaves its clusters `not-probeable` with their status and apps untouched; SIGHUP
+//! and `POST /api/v1/plugins/reload` reload too.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use vigil::client::ApiClient;
+use vigil::store::{ClusterRecord, Store};
+use vigil::worker::wall_clock;
+use vigil_decision::{AppStatus, ClusterStatus, ConditionType};
+use vigil_fake_kube::{AddressPlan, Fleet, KubeconfigOptions};
+
+#[path = "support/plugins.rs"]
+mod plugins;
+#[path = "support/process.rs"]
+mod process;
+
+use plugins::{install, plugin_file, plugin_variant};
+use process::{Running, sigterm, vigil, wait_exit};
+
+const GRANTS: &str = "log = true\ncredentials = true\nhttp = true\n";
+
+struct Vigil {
+    child: Running,
+    log: PathBuf,
+    store: Store,
+    api: ApiClient,
+}
+
+fn read_log(path: &Path) -> String {
+    String::from_utf8_lossy(&std::fs::read(path).unwrap_or_default()).into_owned()
+}
+
+fn log_lines(path: &Path) -> Vec<Value> {
+    read_log(path)
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect()
+}
+
+fn message(line: &Value) -> &str {
+    line["fields"]["message"].as_str().unwrap_or("")
+}
+
+fn tail(path: &Path) -> String {
+    let text = read_log(path);
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(30)..].join("\n")
+}
+
+impl Vigil {
+    async fn start(dir: &Path, kubeconfigs: &Path, plugin_dir: &Path) -> Self {
+        let log = dir.join("vigil.log");
+        let mut child = vigil(dir)
+            .arg("serve")
+            .env("KUBECONFIG_DIR", kubeconfigs)
+            .env("VIGIL_PLUGIN_DIR", plugin_dir)
+            .env(
+                "VIGIL_CACHE_DIR",
+                Path::new(env!("CARGO_TARGET_TMPDIR")).join("plugins-live-cache"),
+            )
+            .env("CLUSTER_HEALTH_INTERVAL", "1")
+            .env("CLUSTER_HEALTH_TIMEOUT", "2")
+            .env("CLUSTER_HEALTH_FAILURE_THRESHOLD", "2")
+            // Judged on 3 probes, the second inconclusive one fails a replacement.
+            .env("VIGIL_PLUGIN_PROBATION_PROBES", "3")
+            .env("VIGIL_PLUGIN_PROBATION_MAX_INCONCLUSIVE", "0.34")
+            .env("VIGIL_LOG_FORMAT", "json")
+            .env("RUST_LOG", "info")
+            .stderr(File::create(&log).unwrap())
+            .spawn()
+            .map(Running)
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !log_lines(&log)
+            .iter()
+            .any(|l| message(l) == "discovery done")
+        {
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!("vigil exited with {status:?}:\n{}", tail(&log));
+            }
+            assert!(Instant::now() < deadline, "no discovery:\n{}", tail(&log));
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let store = Store::open(&format!("sqlite://{}", dir.join("vigil.db").display()))
+            .await
+            .unwrap();
+        let listen: std::net::SocketAddr = log_lines(&log)
+            .iter()
+            .find(|l| message(l) == "REST API listening")
+            .and_then(|l| l["fields"]["listen"].as_str()?.parse().ok())
+            .expect("the API's address is logged");
+        let api = ApiClient::new(&format!("http://{listen}"), None).unwrap();
+        Self {
+            child,
+            log,
+            store,
+            api,
+        }
+    }
+
+    async fn cluster(&self, name: &str) -> ClusterRecord {
+        self.store.cluster(name).await.unwrap()
+    }
+
+    async fn plugin(&self, name: &str) -> Value {
+        self.api
+            .plugins()
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or(Value::Null)
+    }
+
+    /// Waits until `check` holds, failing with `what` and the log's tail.
+    async fn wait(&self, what: &str, check: impl AsyncCheck) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if check.holds(self).await {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "never: {what}\nplugins: {:#}\n{}",
+                Value::Array(self.api.plugins().await.unwrap()),
+                tail(&self.log)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits for a probe of `name` that started after now, and returns the cluster then.
+    async fn next_probe(&self, name: &str) -> ClusterRecord {
+        let after = wall_clock();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let cluster = self.cluster(name).await;
+            if cluster.health.last_probe.is_some_and(|at| at > after) {
+                return cluster;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name} not probed:\n{}",
+                tail(&self.log)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// A condition on the running engine, checked again until it holds.
+trait AsyncCheck {
+    async fn holds(&self, vigil: &Vigil) -> bool;
+}
+
+impl<F: Fn(&Value) -> bool> AsyncCheck for (&str, F) {
+    async fn holds(&self, vigil: &Vigil) -> bool {
+        (self.1)(&vigil.plugin(self.0).await)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_plugin_directory_is_live() {
+    let fleet = Fleet::builder()
+        .clusters(2)
+        .addresses(AddressPlan::Auto)
+        .start()
+        .await
+        .expect("fleet");
+    let temp = tempfile::tempdir().unwrap();
+    let kubeconfigs = temp.path().join("kube");
+    fleet
+        .write_kubeconfigs(&kubeconfigs, &KubeconfigOptions::default())
+        .expect("kubeconfigs");
+    let names: Vec<String> = fleet
+        .clusters()
+        .iter()
+        .map(|c| c.name().to_owned())
+        .collect();
+    let plugin_dir = temp.path().join("plugins.d");
+    std::fs::create_dir_all(&plugin_dir).unwrap();
+    let wasm = plugin_dir.join("kube.wasm");
+    install(
+        &wasm,
+        &std::fs::read(plugin_file("kubeconfig-file")).unwrap(),
+    );
+    std::fs::write(plugin_dir.join("kube.toml"), GRANTS).unwrap();
+
+    let vigil = Vigil::start(temp.path(), &kubeconfigs, &plugin_dir).await;
+    for name in &names {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while vigil.cluster(name).await.health.status != ClusterStatus::Online {
+            assert!(
+                Instant::now() < deadline,
+                "{name} not ONLINE:\n{}",
+                tail(&vigil.log)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let now = wall_clock();
+    vigil
+        .store
+        .register_app("web", &names[0], AppStatus::Deployed, now)
+        .await
+        .unwrap();
+    let cluster = vigil.next_probe(&names[0]).await;
+    assert_eq!(
+        cluster
+            .last_probed_by
+            .as_ref()
+            .map(|b| (b.plugin.as_str(), b.generation)),
+        Some(("kube", 1))
+    );
+    let history_before = vigil
+        .store
+        .cluster_history(&names[0], None, 100)
+        .await
+        .unwrap()
+        .len();
+
+    // 1. A broken file: refused, named in the API and the log; generation 1 serves on.
+    install(&wasm, b"this is text, not wasm");
+    vigil
+        .wait(
+            "the broken candidate is named",
+            ("kube", |p: &Value| {
+                p["last_failure"]["stage"] == "compile" && p["last_failure"]["generation"] == 2
+            }),
+        )
+        .await;
+    let kube = vigil.plugin("kube").await;
+    assert_eq!(kube["state"], "active", "{kube:#}");
+    assert_eq!(kube["generation"], 1, "{kube:#}");
+    assert!(
+        kube["last_failure"]["file"]
+            .as_str()
+            .unwrap()
+            .ends_with("plugins.d/kube.wasm"),
+        "{kube:#}"
+    );
+    assert!(
+        log_lines(&vigil.log).iter().any(|l| l["level"] == "WARN"
+            && message(l).contains("kube.wasm is not a WebAssembly component")),
+        "the log names the failed candidate:\n{}",
+        tail(&vigil.log)
+    );
+    let cluster = vigil.next_probe(&names[0]).await;
+    assert_eq!(cluster.last_outcome.as_deref(), Some("healthy"));
+    assert_eq!(
+        cluster.last_probed_by.as_ref().map(|b| b.generation),
+        Some(1)
+    );
+
+    // 2. A replacement that traps in probe(): promoted, then rolled back after its
+    // probation; no cluster changes status, no app moves.
+    install(&wasm, &std::fs::read(plugin_file("panic")).unwrap());
+    vigil
+        .wait(
+            "the trapping generation is rolled back",
+            ("kube", |p: &Value| {
+                p["last_failure"]["stage"] == "probation" && p["last_failure"]["generation"] == 3
+            }),
+        )
+        .await;
+    let kube = vigil.plugin("kube").await;
+    assert_eq!(
+        (&kube["state"], &kube["generation"]),
+        (&Value::from("active"), &Value::from(1)),
+        "{kube:#}"
+    );
+    let cluster = vigil.next_probe(&names[0]).await;
+    assert_eq!(cluster.last_outcome.as_deref(), Some("healthy"));
+    assert_eq!(
+        cluster.last_probed_by.as_ref().map(|b| b.generation),
+        Some(1)
+    );
+
+    // 3. A good new version: promoted as generation 4, and the next outcomes are its.
+    install(&wasm, &plugin_variant("kubeconfig-file", "v4"));
+    vigil
+        .wait(
+            "generation 4 serves",
+            ("kube", |p: &Value| p["generation"] == 4),
+        )
+        .await;
+    for name in &names {
+        let mut cluster = vigil.next_probe(name).await;
+        if cluster.last_probed_by.as_ref().map(|b| b.generation) != Some(4) {
+            cluster = vigil.next_probe(name).await; // one started before the swap
+        }
+        assert_eq!(cluster.last_outcome.as_deref(), Some("healthy"), "{name}");
+        assert_eq!(
+            cluster.last_probed_by.as_ref().map(|b| b.generation),
+            Some(4),
+            "{name}"
+        );
+    }
+    vigil
+        .wait(
+            "generation 4 passes its probation",
+            ("kube", |p: &Value| p["state"] == "active"),
+        )
+        .await;
+
+    // Through all of it, the clusters stayed ONLINE and the app DEPLOYED.
+    for name in &names {
+        assert_eq!(
+            vigil.cluster(name).await.health.status,
+            ClusterStatus::Online
+        );
+    }
+    assert_eq!(
+        vigil
+            .store
+            .cluster_history(&names[0], None, 100)
+            .await
+            .unwrap()
+            .len(),
+        history_before,
+        "no transition, condition or failure was recorded"
+    );
+
+    // 4. SIGHUP reloads (and does not stop vigil); the API's reload answers.
+    let status = std::process::Command::new("kill")
+        .args(["-HUP", &vigil.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !log_lines(&vigil.log)
+        .iter()
+        .any(|l| message(l) == "SIGHUP: reloading the plugin directory")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no SIGHUP reload:\n{}",
+            tail(&vigil.log)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let reload = vigil.api.reload_plugins().await.unwrap();
+    assert_eq!(
+        reload["unchanged"],
+        serde_json::json!(["kube"]),
+        "{reload:#}"
+    );
+
+    // 5. Removed: retired; its clusters are not-probeable at their next probe, status
+    // kept, the app untouched.
+    std::fs::remove_file(&wasm).unwrap();
+    vigil
+        .wait(
+            "kube retires",
+            ("kube", |p: &Value| p["state"] == "retired"),
+        )
+        .await;
+    for name in &names {
+        let mut cluster = vigil.next_probe(name).await;
+        if cluster.last_outcome.as_deref() != Some("not-probeable") {
+            cluster = vigil.next_probe(name).await;
+        }
+        assert_eq!(
+            cluster.last_outcome.as_deref(),
+            Some("not-probeable"),
+            "{name}"
+        );
+        assert_eq!(
+            cluster.last_reason_class.as_deref(),
+            Some("no-plugin"),
+            "{name}"
+        );
+        assert_eq!(cluster.health.status, ClusterStatus::Online, "{name}");
+        assert!(
+            cluster
+                .health
+                .condition(ConditionType::NotProbeable)
+                .is_some(),
+            "{name}"
+        );
+        assert_eq!(cluster.last_probed_by, None);
+    }
+    let apps = vigil.store.apps_on(&names[0]).await.unwrap();
+    assert_eq!(apps[0].status, AppStatus::Deployed);
+
+    vigil.store.close().await;
+    let mut child = vigil.child;
+    sigterm(&child);
+    let status = wait_exit(&mut child, Duration::from_secs(15));
+    assert!(status.success(), "exit {status:?}\n{}", tail(&vigil.log));
+}
