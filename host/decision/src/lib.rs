@@ -27,5 +27,5 @@ pub use status::{
 pub use time::Timestamp;
 pub use transition::{
     Cascade, Decision, HealthEvent, NotCounted, PROBE_STALE_AFTER, ProbeInput, decide,
-    set_probing_disabled,
+    set_drain_blocked, set_probing_disabled,
 };

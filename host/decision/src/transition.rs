@@ -239,6 +239,31 @@ pub fn set_probing_disabled(health: &ClusterHealth, disabled: bool, now: Timesta
     }
 }
 
+/// Applies the result of a drain-readiness audit (DESIGN §5): sets `drain-blocked`
+/// with `blocking` as its message when the audit found a blocking finding, clears it
+/// when none remains. An audit never changes the status, the counters or the apps;
+/// an audit that could not read what it needed is not a result and is not passed here.
+pub fn set_drain_blocked(
+    health: &ClusterHealth,
+    blocking: Option<&str>,
+    now: Timestamp,
+) -> Decision {
+    let mut step = Step {
+        health: health.clone(),
+        events: Vec::new(),
+        now,
+    };
+    match blocking {
+        Some(message) => step.set(ConditionType::DrainBlocked, &"blocking-findings", message),
+        None => step.clear(ConditionType::DrainBlocked),
+    }
+    Decision {
+        health: step.health,
+        cascade: Cascade::None,
+        events: step.events,
+    }
+}
+
 /// The state being built by one decision.
 struct Step {
     health: ClusterHealth,

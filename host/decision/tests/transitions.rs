@@ -18,7 +18,9 @@
 //!   success threshold 1, no start period), or tweaks `int=` `ft=` `st=` `start=`
 //!   `auth` (count credentials-rejected as a failure), `off` (probing disabled).
 //! - *outcome*: `healthy`, `unhealthy[:class]`, `creds`, `np:class`,
-//!   `inconclusive[:class]`, or `disable` / `enable` for [`set_probing_disabled`].
+//!   `inconclusive[:class]`, or `disable` / `enable` for [`set_probing_disabled`], or
+//!   `drain` / `undrain` for [`set_drain_blocked`] (an audit with or without a
+//!   blocking finding).
 //! - *brake*: `-` (never engaged), `hold@T`, `rel@T` (released at T).
 //! - *cascade*: `-`, `degrade [ids]` or `restore OUTAGE [ids]`.
 //! - *events*: the failure and condition events in order — `counted(n/threshold)`,
@@ -31,7 +33,8 @@ use std::fmt::Write as _;
 use vigil_decision::{
     AppId, AppStatus, AppView, BrakeVerdict, Cascade, ClusterHealth, ClusterId, ClusterStatus,
     Condition, ConditionType, Decision, HealthEvent, HealthPolicy, NotCounted, OutageId,
-    ProbeInput, ProbeOutcome, ReasonClass, Timestamp, decide, set_probing_disabled,
+    ProbeInput, ProbeOutcome, ReasonClass, Timestamp, decide, set_drain_blocked,
+    set_probing_disabled,
 };
 
 /// The cluster under test.
@@ -262,6 +265,24 @@ fn probing_disabled() {
     );
 }
 
+#[test]
+fn drain_blocked() {
+    check(
+        r"
+        # an audit sets or clears the condition; status, counters and apps are kept
+        ONLINE                          | -    | drain     | 1000 | -       => ONLINE drain-blocked:blocking-findings@1000 | - | +drain-blocked
+        ONLINE f=1 last=700             | -    | drain     | 1000 | -       => ONLINE f=1 last=700 drain-blocked:blocking-findings@1000 | - | +drain-blocked
+        ONLINE drain-blocked:blocking-findings@500 | - | drain | 1000 | -   => ONLINE drain-blocked:blocking-findings@500 | - | -
+        ONLINE drain-blocked:blocking-findings@500 | - | undrain | 1000 | - => ONLINE                          | -               | -drain-blocked
+        ONLINE                          | -    | undrain   | 1000 | -       => ONLINE                          | -               | -
+        # probes neither set nor clear it, whatever they find
+        ONLINE drain-blocked:blocking-findings@500 | - | healthy | 1000 | - => ONLINE ok=1000 drain-blocked:blocking-findings@500 | - | -
+        ONLINE drain-blocked:blocking-findings@500 | - | np:no-plugin | 1000 | - => ONLINE not-probeable:no-plugin@1000 drain-blocked:blocking-findings@500 | - | +not-probeable
+        ONLINE f=1 last=700 drain-blocked:blocking-findings@500 | - | unhealthy | 1000 | - => OFFLINE f=2 last=1000 drain-blocked:blocking-findings@500 | degrade [1,2] | counted(2/2)
+        ",
+    );
+}
+
 // ---------------------------------------------------------------------------
 // The check helper and its little language.
 
@@ -304,6 +325,14 @@ fn run_case(line: &str) -> Result<(), String> {
     let brake = parse_brake(brake)?;
 
     let (decision, outcome) = match outcome {
+        "drain" | "undrain" => {
+            let blocking = (outcome == "drain").then_some("1 blocking finding");
+            let decision = set_drain_blocked(&health, blocking, now);
+            if decision.health.last_probe != health.last_probe {
+                return Err("set_drain_blocked must not record a probe".into());
+            }
+            (decision, None)
+        }
         "disable" | "enable" => {
             let decision = set_probing_disabled(&health, outcome == "disable", now);
             if decision.health.last_probe != health.last_probe {
