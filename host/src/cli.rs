@@ -242,6 +242,19 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u32).range(0..=86_400))]
     pub start_period: u32,
 
+    /// Seconds between two drain-readiness audits of an ONLINE cluster (by an audit
+    /// plugin such as pdb-audit; without one, clusters are not audited).
+    #[arg(long = "audit-interval", env = "CLUSTER_AUDIT_INTERVAL",
+          value_name = "CLUSTER_AUDIT_INTERVAL", default_value_t = 3600,
+          value_parser = clap::value_parser!(u32).range(1..=604_800))]
+    pub audit_interval: u32,
+
+    /// Seconds one audit may take (it lists every budget, workload, pod and node).
+    #[arg(long = "audit-timeout", env = "CLUSTER_AUDIT_TIMEOUT",
+          value_name = "CLUSTER_AUDIT_TIMEOUT", default_value_t = 60,
+          value_parser = clap::value_parser!(u32).range(1..=3600))]
+    pub audit_timeout: u32,
+
     /// How many probes may run at the same time.
     #[arg(long = "concurrency", env = "CLUSTER_HEALTH_CONCURRENCY",
           value_name = "CLUSTER_HEALTH_CONCURRENCY", default_value_t = 64,
@@ -557,6 +570,10 @@ pub struct EngineConfig {
     pub metrics_per_cluster: bool,
     /// Days the transition history is kept (see [`crate::retention`]).
     pub history_retention_days: u32,
+    /// Between two audits of a cluster.
+    pub audit_interval: Duration,
+    /// How long one audit may take.
+    pub audit_timeout: Duration,
 }
 
 impl ServeArgs {
@@ -592,6 +609,8 @@ impl ServeArgs {
             api: self.api.config()?,
             metrics_per_cluster: self.metrics_per_cluster,
             history_retention_days: self.history_retention_days,
+            audit_interval: Duration::from_secs(u64::from(self.audit_interval)),
+            audit_timeout: Duration::from_secs(u64::from(self.audit_timeout)),
         })
     }
 }

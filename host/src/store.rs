@@ -6,8 +6,12 @@
 //! only (R3), and a process stopped mid-tick leaves every cluster either fully
 //! updated or untouched. Everything the rules need is persisted (R4).
 
+mod audits;
 mod operator;
 
+pub use self::audits::{
+    AppliedAudit, AuditFailure, AuditRecord, AuditResult, Finding, ObjectRef, Severity,
+};
 pub use self::operator::{ClusterFilter, ClusterPatch, NewCluster};
 
 use std::collections::BTreeMap;

@@ -575,43 +575,9 @@ async fn probe_cluster<P: Prober>(
     timeout: Duration,
     grace: Duration,
 ) -> Probed {
-    let reference = match Reference::parse(&cluster.kubeconfig_secret_ref) {
-        Ok(reference) => reference,
-        Err(error) => {
-            return Probed::host(ProbeOutcome::NotProbeable {
-                class: ReasonClass::ReferenceBroken,
-                message: format!("invalid reference: {error}"),
-            });
-        }
-    };
-    let resolving = reference.clone();
-    let resolution = match tokio::task::spawn_blocking(move || reference::resolve(&resolving)).await
-    {
-        Ok(resolution) => resolution,
-        Err(error) => {
-            return Probed::host(ProbeOutcome::Inconclusive {
-                class: ReasonClass::PluginFault,
-                message: format!("resolving the reference failed: {error}"),
-            });
-        }
-    };
-    let connection = match resolution {
-        Resolution::NotProbeable { class, message } => {
-            return Probed::host(ProbeOutcome::NotProbeable { class, message });
-        }
-        Resolution::Connection(material) => Some(material),
-        Resolution::Delegated => None,
-    };
-    let target = ProbeTarget {
-        cluster: cluster.id,
-        name: cluster.name.clone(),
-        endpoint: cluster.endpoint.clone(),
-        reference,
-        connection,
-        plugin: cluster.plugin.clone(),
-        timeout,
-        labels: cluster.labels.clone(),
-        parameters: cluster.parameters.clone(),
+    let target = match resolve_target(cluster, timeout).await {
+        Ok(target) => target,
+        Err(outcome) => return Probed::host(outcome),
     };
     match tokio::time::timeout(timeout + grace, prober.probe_attributed(&target)).await {
         Ok(probed) => probed,
@@ -624,6 +590,53 @@ async fn probe_cluster<P: Prober>(
             ),
         }),
     }
+}
+
+/// The target a plugin is handed for `cluster`: its reference parsed and, for a file
+/// reference, resolved on the host (off the async threads); or the outcome that says
+/// why there is nothing to hand over.
+pub(crate) async fn resolve_target(
+    cluster: &ClusterRecord,
+    timeout: Duration,
+) -> Result<ProbeTarget, ProbeOutcome> {
+    let reference = match Reference::parse(&cluster.kubeconfig_secret_ref) {
+        Ok(reference) => reference,
+        Err(error) => {
+            return Err(ProbeOutcome::NotProbeable {
+                class: ReasonClass::ReferenceBroken,
+                message: format!("invalid reference: {error}"),
+            });
+        }
+    };
+    let resolving = reference.clone();
+    let resolution = match tokio::task::spawn_blocking(move || reference::resolve(&resolving)).await
+    {
+        Ok(resolution) => resolution,
+        Err(error) => {
+            return Err(ProbeOutcome::Inconclusive {
+                class: ReasonClass::PluginFault,
+                message: format!("resolving the reference failed: {error}"),
+            });
+        }
+    };
+    let connection = match resolution {
+        Resolution::NotProbeable { class, message } => {
+            return Err(ProbeOutcome::NotProbeable { class, message });
+        }
+        Resolution::Connection(material) => Some(material),
+        Resolution::Delegated => None,
+    };
+    Ok(ProbeTarget {
+        cluster: cluster.id,
+        name: cluster.name.clone(),
+        endpoint: cluster.endpoint.clone(),
+        reference,
+        connection,
+        plugin: cluster.plugin.clone(),
+        timeout,
+        labels: cluster.labels.clone(),
+        parameters: cluster.parameters.clone(),
+    })
 }
 
 /// The next due time: one interval after the probe started, plus a small

@@ -16,7 +16,9 @@ use vigil_decision::{ClusterStatus, ConditionType, ProbeOutcome};
 use super::auth::Caller;
 use super::extract::{ApiJson, ApiPath, ApiQuery};
 use super::problem::{Problem, ProblemKind};
-use super::views::{ClusterPage, ClusterView, EventPage, EventView, PolicyBody, ProbedByView};
+use super::views::{
+    AuditView, ClusterPage, ClusterView, EventPage, EventView, PolicyBody, ProbedByView,
+};
 use super::{ApiState, MAX_PAGE, ProbeNowError};
 use crate::reference::{Reference, lies_under};
 use crate::store::{ClusterFilter, ClusterPatch, ClusterSource, NewCluster};
@@ -28,6 +30,7 @@ pub(super) fn routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(get_cluster, update_cluster, delete_cluster))
         .routes(routes!(probe_cluster))
         .routes(routes!(cluster_history))
+        .routes(routes!(cluster_findings))
 }
 
 /// The longest cluster name, label key or value accepted.
@@ -580,4 +583,23 @@ async fn cluster_history(
         .collect();
     let next = more.then(|| items.last().map(|e| e.id)).flatten();
     Ok(axum::Json(EventPage { items, next }))
+}
+
+/// The cluster's latest drain-readiness audit: the findings of the last audit that
+/// could read everything (what blocks node drains, and how to fix it), the kinds it
+/// read and the audit plugin generation that ran it, and the failure of the last audit
+/// if it could not read what it needed (the findings shown are then the previous
+/// ones). Never audited: no date and no finding.
+#[utoipa::path(get, path = "/api/v1/clusters/{name}/findings", tag = "clusters",
+    params(ClusterName),
+    responses(
+        (status = 200, description = "The latest audit", body = AuditView),
+        (status = 404, description = "No such cluster", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn cluster_findings(
+    State(state): State<ApiState>,
+    ApiPath(ClusterName { name }): ApiPath<ClusterName>,
+) -> Result<axum::Json<AuditView>, Problem> {
+    let audit = state.store.audit(&name).await?;
+    Ok(axum::Json(AuditView::from(&audit)))
 }

@@ -430,3 +430,112 @@ pub struct ReloadView {
     /// Plugins whose files had not changed.
     pub unchanged: Vec<String>,
 }
+
+/// A cluster's latest drain-readiness audit.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct AuditView {
+    /// When the findings were produced (RFC 3339); absent before the first audit that
+    /// could read everything.
+    pub audited_at: Option<String>,
+    /// The audit plugin and generation that produced them.
+    pub audited_by: Option<ProbedByView>,
+    /// The kinds it read, e.g. `poddisruptionbudgets`, `pods`.
+    pub kinds_read: Vec<String>,
+    /// How many findings are `blocking` (each sets `drain-blocked`).
+    pub blocking: usize,
+    /// What it found, blocking first.
+    pub findings: Vec<FindingView>,
+    /// The last audit's failure, when the last audit could not read what it needed.
+    pub last_failure: Option<AuditFailureView>,
+    /// When the next audit is due (RFC 3339).
+    pub next_audit: Option<String>,
+}
+
+/// One finding of an audit.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct FindingView {
+    /// A stable code, e.g. `pdb-zero-disruptions`.
+    pub code: String,
+    /// `blocking`, `warning` or `info`.
+    pub severity: String,
+    /// The objects involved.
+    pub objects: Vec<ObjectRefView>,
+    /// What is wrong.
+    pub message: String,
+    /// How to fix it.
+    pub fix: String,
+}
+
+/// A Kubernetes object named by a finding.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ObjectRefView {
+    /// Its kind.
+    pub kind: String,
+    /// Its namespace, for namespaced kinds.
+    pub namespace: Option<String>,
+    /// Its name.
+    pub name: String,
+}
+
+/// Why an audit failed.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct AuditFailureView {
+    /// The kind it could not read, when that is the cause.
+    pub kind: Option<String>,
+    /// Why.
+    pub message: String,
+    /// When (RFC 3339).
+    pub at: String,
+}
+
+impl From<&crate::store::AuditRecord> for AuditView {
+    fn from(audit: &crate::store::AuditRecord) -> Self {
+        use crate::store::Severity;
+        let rank = |s: Severity| match s {
+            Severity::Blocking => 0,
+            Severity::Warning => 1,
+            Severity::Info => 2,
+        };
+        let mut findings: Vec<&crate::store::Finding> = audit.findings.iter().collect();
+        findings.sort_by_key(|f| rank(f.severity));
+        Self {
+            audited_at: audit.audited_at.map(rfc3339),
+            audited_by: audit.by.as_ref().map(ProbedByView::from),
+            kinds_read: audit.kinds_read.clone(),
+            blocking: audit
+                .findings
+                .iter()
+                .filter(|f| f.severity == Severity::Blocking)
+                .count(),
+            findings: findings
+                .into_iter()
+                .map(|f| FindingView {
+                    code: f.code.clone(),
+                    severity: match f.severity {
+                        Severity::Blocking => "blocking",
+                        Severity::Warning => "warning",
+                        Severity::Info => "info",
+                    }
+                    .to_owned(),
+                    objects: f
+                        .objects
+                        .iter()
+                        .map(|o| ObjectRefView {
+                            kind: o.kind.clone(),
+                            namespace: o.namespace.clone(),
+                            name: o.name.clone(),
+                        })
+                        .collect(),
+                    message: f.message.clone(),
+                    fix: f.fix.clone(),
+                })
+                .collect(),
+            last_failure: audit.failure.as_ref().map(|f| AuditFailureView {
+                kind: f.kind.clone(),
+                message: f.message.clone(),
+                at: rfc3339(f.at),
+            }),
+            next_audit: audit.next_audit.map(rfc3339),
+        }
+    }
+}

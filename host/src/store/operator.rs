@@ -266,6 +266,7 @@ impl Store {
         } else {
             for sql in [
                 "DELETE FROM deployments WHERE cluster_id = ?",
+                "DELETE FROM audits WHERE cluster_id = ?",
                 "DELETE FROM outages WHERE cluster_id = ?",
                 "DELETE FROM clusters WHERE id = ?",
             ] {

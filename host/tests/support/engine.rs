@@ -241,3 +241,37 @@ where
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// A plugin catalog with no plugin.
+pub struct NoCatalog;
+
+impl vigil::api::PluginCatalog for NoCatalog {
+    fn plugins(&self) -> Vec<vigil::api::PluginView> {
+        Vec::new()
+    }
+
+    fn reload(&self) -> vigil::api::BoxFuture<'_, Option<Result<vigil::api::ReloadView, String>>> {
+        Box::pin(async { None })
+    }
+}
+
+/// The REST API over `store`: no token, a healthy scripted prober, no plugin.
+pub fn router(store: Store) -> axum::Router {
+    let settings = settings(60, 2);
+    let worker = Worker::new(
+        store.clone(),
+        ScriptedProber::new(Behaviour::healthy()),
+        settings,
+    );
+    vigil::api::app(vigil::api::ApiState {
+        store,
+        prober: Arc::new(worker.on_demand()),
+        plugins: Arc::new(NoCatalog),
+        access: vigil::api::Access::new(None, None, false).unwrap(),
+        credential_roots: Vec::new().into(),
+        defaults: settings.defaults,
+        readiness: Arc::new(vigil::api::Readiness::default()),
+        metrics: None,
+        wake: worker.handle(),
+    })
+}
