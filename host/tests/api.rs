@@ -896,6 +896,7 @@ async fn every_documented_route_is_served_and_every_served_route_is_documented()
         "GET /api/v1/apps/{name}",
         "GET /api/v1/clusters",
         "GET /api/v1/clusters/{name}",
+        "GET /api/v1/clusters/{name}/findings",
         "GET /api/v1/clusters/{name}/history",
         "GET /api/v1/events",
         "GET /api/v1/plugins",
