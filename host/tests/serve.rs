@@ -120,7 +120,7 @@ fn a_second_serve_on_the_same_database_is_refused() {
         .map(Running)
         .unwrap();
     let db = dir.path().join("vigil.db");
-    wait_for_db(&db, "SELECT COUNT(*) FROM _sqlx_migrations", "1");
+    wait_for_db(&db, "SELECT COUNT(*) > 0 FROM _sqlx_migrations", "1");
 
     let second = vigil(dir.path())
         .args(["serve"])
