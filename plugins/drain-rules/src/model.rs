@@ -304,27 +304,35 @@ pub struct Workload {
     pub template_spec: PodSpec,
 }
 
-/// The shape shared by the four workload kinds (a ReplicationController's selector is a plain
-/// map, which the rules do not need).
-#[derive(Debug, Clone, Default, Deserialize)]
+/// A workload as the API serves it (or a manifest declares it): the shape the four workload
+/// kinds share, for reading them; [`Workload::from_object`] turns it into a [`Workload`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
-pub(crate) struct WorkloadObject {
-    pub(crate) metadata: ObjectMeta,
-    pub(crate) spec: WorkloadSpec,
+pub struct WorkloadObject {
+    /// Its metadata.
+    pub metadata: ObjectMeta,
+    /// Its spec.
+    pub spec: WorkloadSpec,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+/// `spec` of a workload (a ReplicationController's selector, a plain map, is not read).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
-pub(crate) struct WorkloadSpec {
-    pub(crate) replicas: Option<i64>,
-    pub(crate) template: PodTemplate,
+pub struct WorkloadSpec {
+    /// `replicas`; unset means 1.
+    pub replicas: Option<i64>,
+    /// The pod template.
+    pub template: PodTemplate,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+/// A pod template.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
-pub(crate) struct PodTemplate {
-    pub(crate) metadata: ObjectMeta,
-    pub(crate) spec: PodSpec,
+pub struct PodTemplate {
+    /// Its metadata (labels).
+    pub metadata: ObjectMeta,
+    /// Its pod spec.
+    pub spec: PodSpec,
 }
 
 impl Workload {
@@ -335,7 +343,8 @@ impl Workload {
         Ok(Self::from_object(kind, object))
     }
 
-    pub(crate) fn from_object(kind: WorkloadKind, object: WorkloadObject) -> Self {
+    /// A workload of `kind` from what the API served.
+    pub fn from_object(kind: WorkloadKind, object: WorkloadObject) -> Self {
         Self {
             kind,
             metadata: object.metadata,

@@ -37,8 +37,12 @@ impl ListError {
     pub fn reason_class(&self) -> ReasonClass {
         match self {
             Self::Http(error) => error.reason_class(),
-            Self::Status { status: 401 | 403, .. } => ReasonClass::Unauthorized,
-            Self::Status { status: 500..=599, .. } => ReasonClass::ServerError,
+            Self::Status {
+                status: 401 | 403, ..
+            } => ReasonClass::Unauthorized,
+            Self::Status {
+                status: 500..=599, ..
+            } => ReasonClass::ServerError,
             Self::Status { .. } | Self::Malformed(_) => ReasonClass::BadResponse,
         }
     }
@@ -442,7 +446,11 @@ mod tests {
         let server = connect("http://127.0.0.1:8080", "", "token: vigil-fake-t").expect("connects");
         let forbidden = server
             .list_with::<serde_json::Value>("/api/v1/pods", 0, |request| {
-                assert!(request.url.ends_with("/api/v1/pods?limit=500"), "{}", request.url);
+                assert!(
+                    request.url.ends_with("/api/v1/pods?limit=500"),
+                    "{}",
+                    request.url
+                );
                 Ok(Response {
                     status: 403,
                     headers: Vec::new(),

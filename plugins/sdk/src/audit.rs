@@ -5,7 +5,10 @@ use std::marker::PhantomData;
 
 use crate::bindings::audit::exports::vigil::plugin::auditor::Guest;
 use crate::reference::Reference;
-use crate::{AuditError, AuditReport, Cluster, Failure, Finding, ObjectRef, PluginInfo, ReasonClass, Severity};
+use crate::{
+    AuditError, AuditReport, Cluster, Failure, Finding, ObjectRef, PluginInfo, ReasonClass,
+    Severity,
+};
 
 /// An audit plugin: reports what in a cluster would block node drains.
 ///
@@ -78,7 +81,11 @@ impl AuditReport {
 impl AuditError {
     /// The audit could not read `kind` (e.g. `pods`), for `class` (e.g.
     /// [`ReasonClass::Unauthorized`] for a 403).
-    pub fn unreadable(kind: impl Into<String>, class: ReasonClass, message: impl Into<String>) -> Self {
+    pub fn unreadable(
+        kind: impl Into<String>,
+        class: ReasonClass,
+        message: impl Into<String>,
+    ) -> Self {
         Self {
             kind: Some(kind.into()),
             failure: Failure {

@@ -79,11 +79,11 @@ pub mod reference;
 mod report;
 mod secret;
 
+pub use audit::AuditPlugin;
 pub use bindings::vigil::plugin::types::{
     AuditError, AuditReport, Cluster, Failure, Finding, ObjectRef, PluginInfo, ProbeError,
     ProbeReport, ProbeRequest, ReasonClass, Severity, Verdict,
 };
-pub use audit::AuditPlugin;
 pub use plugin::ProbePlugin;
 pub use secret::{SecretBytes, SecretString};
 
