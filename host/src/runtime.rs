@@ -23,6 +23,7 @@
 //! credential references (`file:///…`, `secret://…`) are left out of the `cluster` record
 //! and resolved only when the plugin asks through `credentials.parameter`.
 
+mod audit;
 mod bindings;
 mod cache;
 mod egress;
@@ -53,6 +54,10 @@ use crate::reference::Reference;
 use crate::tls::TlsClients;
 use crate::worker::{ProbeTarget, Prober};
 
+pub use self::audit::{
+    AuditOutcome, Finding as AuditFinding, FindingObject, FindingSeverity, MAX_FINDING_OBJECTS,
+    MAX_FINDINGS, MAX_KINDS_READ,
+};
 pub use self::cache::CacheStatus;
 pub use self::egress::{MAX_REQUEST_BODY_BYTES, MAX_RESPONSE_BODY_BYTES};
 pub use self::manifest::{DEFAULT_MEMORY_MIB, MAX_MEMORY_MIB, Manifest};
@@ -149,14 +154,13 @@ pub enum Refusal {
         version: String,
     },
     /// The component exports no world of the contract.
-    #[error("does not target the probe world of {SUPPORTED_CONTRACT} (exports: {exports})")]
+    #[error(
+        "does not target the probe or the audit world of {SUPPORTED_CONTRACT} (exports: {exports})"
+    )]
     WrongWorld {
         /// The component's export names, comma-separated.
         exports: String,
     },
-    /// An audit plugin: the audit world is recognised but not run by this version.
-    #[error("targets the audit world, which this vigil does not run yet")]
-    AuditNotRunYet,
     /// The component imports something the host does not provide.
     #[error("imports what vigil does not provide: {0}")]
     Link(String),
@@ -206,8 +210,10 @@ pub struct PluginSummary {
 /// What [`PluginRuntime::load`] did with each file.
 #[derive(Debug, Clone, Default)]
 pub struct LoadReport {
-    /// The plugins loaded, in routing order (priority, then name).
+    /// The probe plugins loaded, in routing order (priority, then name).
     pub loaded: Vec<PluginSummary>,
+    /// The audit plugins loaded, in routing order.
+    pub audits: Vec<PluginSummary>,
     /// The files refused, each with its reason.
     pub refused: Vec<RefusedPlugin>,
 }
@@ -247,6 +253,7 @@ type RouteKey = (ClusterId, String, Arc<str>);
 struct Inner {
     // Declared first so that plugins (which hold engine resources) drop before it.
     plugins: Vec<Arc<LoadedPlugin>>,
+    audits: Vec<Arc<audit::LoadedAudit>>,
     routes: Mutex<HashMap<RouteKey, bool>>,
     tls: TlsClients,
     credential_dirs: Arc<[PathBuf]>,
@@ -297,12 +304,17 @@ impl PluginRuntime {
             .map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
 
         let mut plugins = Vec::new();
+        let mut audits = Vec::new();
         for candidate in candidates {
             let file = candidate.file.clone();
             match load_one(&engine, &linker, cache.as_ref(), &tls, candidate).await {
-                Ok(plugin) => {
+                Ok(Loaded::Probe(plugin)) => {
                     info!(plugin = %plugin.name, version = %plugin.summary.version, cache = ?plugin.summary.cache, "plugin loaded");
                     plugins.push(Arc::new(plugin));
+                }
+                Ok(Loaded::Audit(plugin)) => {
+                    info!(plugin = %plugin.name, version = %plugin.summary.version, cache = ?plugin.summary.cache, "audit plugin loaded");
+                    audits.push(Arc::new(plugin));
                 }
                 Err(reason) => {
                     let refused = RefusedPlugin { file, reason };
@@ -317,10 +329,18 @@ impl PluginRuntime {
                 .cmp(&a.summary.priority)
                 .then_with(|| a.name.cmp(&b.name))
         });
+        audits.sort_by(|a, b| {
+            b.summary
+                .priority
+                .cmp(&a.summary.priority)
+                .then_with(|| a.name.cmp(&b.name))
+        });
         report.loaded = plugins.iter().map(|p| p.summary.clone()).collect();
+        report.audits = audits.iter().map(|p| p.summary.clone()).collect();
         let runtime = Self {
             inner: Arc::new(Inner {
                 plugins,
+                audits,
                 routes: Mutex::new(HashMap::new()),
                 tls,
                 credential_dirs,
@@ -346,6 +366,23 @@ impl PluginRuntime {
             probes: p.probes.load(Ordering::Relaxed),
             faults: p.faults.load(Ordering::Relaxed),
         })
+    }
+
+    /// The loaded audit plugins, in routing order.
+    pub fn audit_plugins(&self) -> Vec<PluginSummary> {
+        self.inner
+            .audits
+            .iter()
+            .map(|p| p.summary.clone())
+            .collect()
+    }
+
+    /// Audits `target` once (DESIGN §4, `audit` world) with the highest-priority audit
+    /// plugin that accepts it, within `budget`. Never fails: a plugin's fault is
+    /// [`AuditOutcome::Fault`], an unreadable kind [`AuditOutcome::Failed`]; only an
+    /// [`AuditOutcome::Report`] should replace a cluster's findings.
+    pub async fn audit(&self, target: &ProbeTarget, budget: Duration) -> AuditOutcome {
+        self.run_audit(target, budget).await
     }
 
     fn find(&self, plugin: &str) -> Option<&Arc<LoadedPlugin>> {
@@ -663,6 +700,12 @@ fn list_candidates(dir: &Path, report: &mut LoadReport) -> Result<Vec<Candidate>
     Ok(candidates)
 }
 
+/// A plugin loaded for one world or the other.
+enum Loaded {
+    Probe(LoadedPlugin),
+    Audit(audit::LoadedAudit),
+}
+
 /// Compiles, checks, links and asks `info()` of one plugin.
 async fn load_one(
     engine: &SharedEngine,
@@ -670,7 +713,7 @@ async fn load_one(
     cache: Option<&CodeCache>,
     tls: &TlsClients,
     candidate: Candidate,
-) -> Result<LoadedPlugin, Refusal> {
+) -> Result<Loaded, Refusal> {
     let Candidate {
         name,
         file,
@@ -701,7 +744,18 @@ async fn load_one(
     .await
     .map_err(|e| Refusal::Invalid(format!("the compiler task failed: {e}")))??;
 
-    check_world(engine, &component)?;
+    if check_world(engine, &component)? == World::Audit {
+        let candidate = audit::AuditCandidate {
+            name,
+            file,
+            manifest,
+            hash,
+            cache: cache_status,
+        };
+        return audit::load(engine, linker, tls, &component, candidate)
+            .await
+            .map(Loaded::Audit);
+    }
     let instance_pre = linker
         .instantiate_pre(&component)
         .map_err(|e| Refusal::Link(format!("{e:#}")))?;
@@ -753,14 +807,14 @@ async fn load_one(
         hash,
         grants: manifest.grants(),
     };
-    Ok(LoadedPlugin {
+    Ok(Loaded::Probe(LoadedPlugin {
         summary,
         name,
         manifest,
         pre,
         probes: AtomicU64::new(0),
         faults: AtomicU64::new(0),
-    })
+    }))
 }
 
 /// Tells a component from other files by its header, for a clear refusal.
@@ -776,9 +830,16 @@ fn check_header(bytes: &[u8]) -> Result<(), Refusal> {
     Ok(())
 }
 
-/// Checks the component targets the probe world of the supported contract, by its
-/// export names (`vigil:plugin/prober@0.1.0`).
-fn check_world(engine: &SharedEngine, component: &Component) -> Result<(), Refusal> {
+/// The world a component targets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum World {
+    Probe,
+    Audit,
+}
+
+/// Checks the component targets a world of the supported contract, by its export names
+/// (`vigil:plugin/prober@0.1.0` or `vigil:plugin/auditor@0.1.0`).
+fn check_world(engine: &SharedEngine, component: &Component) -> Result<World, Refusal> {
     let ty = component.component_type();
     let names: Vec<String> = ty
         .exports(engine.engine())
@@ -804,13 +865,13 @@ fn check_world(engine: &SharedEngine, component: &Component) -> Result<(), Refus
             });
         }
         match interface {
-            "prober" => return Ok(()),
+            "prober" => return Ok(World::Probe),
             "auditor" => audit = true,
             _ => {}
         }
     }
     if audit {
-        return Err(Refusal::AuditNotRunYet);
+        return Ok(World::Audit);
     }
     Err(Refusal::WrongWorld {
         exports: if names.is_empty() {
