@@ -47,15 +47,13 @@ pub fn validate_budget(spec: &PdbSpec) -> Vec<FieldError> {
         ("spec.maxUnavailable", &spec.max_unavailable),
     ] {
         match value {
-            None => {}
-            Some(IntOrString::Int(number)) => {
-                if *number < 0 {
-                    error(
-                        field,
-                        format!("{number}: must be greater than or equal to 0"),
-                    );
-                }
+            Some(IntOrString::Int(number)) if *number < 0 => {
+                error(
+                    field,
+                    format!("{number}: must be greater than or equal to 0"),
+                );
             }
+            None | Some(IntOrString::Int(_)) => {}
             Some(IntOrString::String(text)) => {
                 if !is_valid_percent(text) {
                     error(

@@ -12,8 +12,8 @@ use vigil_drain_rules::model::{LabelSelector, Pod, PodDisruptionBudget, Workload
 /// The status the controller would write, as `VerifyPdbStatus` reads it:
 /// `[disruptionsAllowed, currentHealthy, desiredHealthy, expectedPods]`.
 fn status(budget: PodDisruptionBudget, pods: Vec<Pod>, workloads: Vec<Workload>) -> [i64; 4] {
-    let objects = cluster(vec![budget.clone()], pods, workloads);
-    match disruption::compute(&budget, &objects) {
+    let objects = cluster(vec![budget], pods, workloads);
+    match disruption::compute(&objects.budgets[0], &objects) {
         Ok(s) => [
             s.disruptions_allowed,
             s.current_healthy,

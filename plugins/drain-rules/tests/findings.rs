@@ -48,10 +48,10 @@ fn spread() -> Vec<TopologySpreadConstraint> {
 
 fn with_spread(
     mut workloads: Vec<Workload>,
-    constraints: Vec<TopologySpreadConstraint>,
+    constraints: &[TopologySpreadConstraint],
 ) -> Vec<Workload> {
     for w in &mut workloads {
-        w.template_spec.topology_spread_constraints = constraints.clone();
+        w.template_spec.topology_spread_constraints = constraints.to_vec();
     }
     workloads
 }
@@ -64,7 +64,7 @@ fn live(
     ready: i64,
 ) -> ClusterObjects {
     let (pods, workloads) = deployment("api", replicas, ready);
-    let workloads = with_spread(workloads, spread());
+    let workloads = with_spread(workloads, &spread());
     let mut objects = cluster(vec![budget.clone()], pods, workloads);
     let computed = vigil_drain_rules::disruption::compute(&budget, &objects).expect("computes");
     objects.budgets[0] = with_status(
