@@ -2,6 +2,7 @@
 //! command line around the pure decisions of [`vigil_decision`].
 
 pub mod api;
+pub mod audit_cli;
 pub mod auditing;
 pub mod cli;
 pub mod client;

@@ -63,6 +63,18 @@ fn main() -> ExitCode {
         Command::Discover(args) => discover(&args),
         Command::Status(args) => status(&args),
         Command::Probe(args) => probe(&args),
+        Command::Audit(args) => {
+            let (mut output, mut errors) = (String::new(), String::new());
+            let code = vigil::audit_cli::run(
+                &args,
+                &mut std::io::stdin().lock(),
+                &mut output,
+                &mut errors,
+            );
+            eprint!("{errors}");
+            print(&output);
+            ExitCode::from(code)
+        }
     }
 }
 

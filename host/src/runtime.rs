@@ -23,6 +23,7 @@
 //! credential references (`file:///…`, `secret://…`) are left out of the `cluster` record
 //! and resolved only when the plugin asks through `credentials.parameter`.
 
+mod audit;
 mod bindings;
 mod cache;
 mod catalog;
@@ -55,6 +56,10 @@ use crate::reference::Reference;
 use crate::tls::TlsClients;
 use crate::worker::{ProbeTarget, Probed, ProbedBy, Prober};
 
+pub use self::audit::{
+    AuditOutcome, Finding as AuditFinding, FindingObject, FindingSeverity, MAX_FINDING_OBJECTS,
+    MAX_FINDINGS, MAX_KINDS_READ,
+};
 pub use self::cache::CacheStatus;
 pub use self::catalog::{CandidateFailure, FailureStage, PluginState, ProbationPolicy};
 pub use self::egress::{MAX_REQUEST_BODY_BYTES, MAX_RESPONSE_BODY_BYTES};
@@ -152,14 +157,13 @@ pub enum Refusal {
         version: String,
     },
     /// The component exports no world of the contract.
-    #[error("does not target the probe world of {SUPPORTED_CONTRACT} (exports: {exports})")]
+    #[error(
+        "does not target the probe or the audit world of {SUPPORTED_CONTRACT} (exports: {exports})"
+    )]
     WrongWorld {
         /// The component's export names, comma-separated.
         exports: String,
     },
-    /// An audit plugin: the audit world is recognised but not run by this version.
-    #[error("targets the audit world, which this vigil does not run yet")]
-    AuditNotRunYet,
     /// The component imports something the host does not provide.
     #[error("imports what vigil does not provide: {0}")]
     Link(String),
@@ -180,9 +184,7 @@ impl Refusal {
         match self {
             Self::Unreadable(_) => FailureStage::Read,
             Self::NotWasm | Self::CoreModule | Self::Invalid(_) => FailureStage::Compile,
-            Self::UnsupportedVersion { .. } | Self::WrongWorld { .. } | Self::AuditNotRunYet => {
-                FailureStage::World
-            }
+            Self::UnsupportedVersion { .. } | Self::WrongWorld { .. } => FailureStage::World,
             Self::Link(_) => FailureStage::Link,
             Self::Manifest(_) => FailureStage::Manifest,
             Self::Info(_) => FailureStage::Info,
@@ -209,6 +211,8 @@ pub struct PluginSummary {
     /// The generation: 1 for the first file loaded under this name, one more for each
     /// new or changed file (a failed one too).
     pub generation: u64,
+    /// The world it targets: `probe` or `audit`.
+    pub world: &'static str,
     /// The file it was loaded from.
     pub file: PathBuf,
     /// The name the plugin gives itself.
@@ -232,8 +236,10 @@ pub struct PluginSummary {
 /// What [`PluginRuntime::load`] did with each file.
 #[derive(Debug, Clone, Default)]
 pub struct LoadReport {
-    /// The plugins loaded, in routing order (priority, then name).
+    /// The probe plugins loaded, in routing order (priority, then name).
     pub loaded: Vec<PluginSummary>,
+    /// The audit plugins loaded, in routing order.
+    pub audits: Vec<PluginSummary>,
     /// The files refused, each with its reason.
     pub refused: Vec<RefusedPlugin>,
 }
@@ -289,9 +295,31 @@ struct LoadedPlugin {
     /// The digest of the `.wasm` and the `.toml` it was loaded from.
     content: String,
     manifest: Arc<Manifest>,
-    pre: ProbePre<CallState>,
+    pre: WorldPre,
+    /// Calls made: probes, or audits for an audit plugin.
     probes: AtomicU64,
     faults: AtomicU64,
+}
+
+/// A plugin generation ready to instantiate, for the world it targets.
+pub(crate) enum WorldPre {
+    /// A probe plugin.
+    Probe(ProbePre<CallState>),
+    /// An audit plugin.
+    Audit(audit::AuditPre<CallState>),
+}
+
+impl LoadedPlugin {
+    fn probe_pre(&self) -> Option<&ProbePre<CallState>> {
+        match &self.pre {
+            WorldPre::Probe(pre) => Some(pre),
+            WorldPre::Audit(_) => None,
+        }
+    }
+
+    fn is_audit(&self) -> bool {
+        matches!(self.pre, WorldPre::Audit(_))
+    }
 }
 
 impl std::fmt::Debug for LoadedPlugin {
@@ -413,6 +441,7 @@ impl PluginRuntime {
         let reload = runtime.reload().await?;
         let report = LoadReport {
             loaded: runtime.plugins(),
+            audits: runtime.audit_plugins(),
             refused: reload.refused,
         };
         Ok((runtime, report))
@@ -550,11 +579,12 @@ impl PluginRuntime {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The plugins that serve now, in routing order.
+    /// The probe plugins that serve now, in routing order.
     pub fn plugins(&self) -> Vec<PluginSummary> {
         self.catalog()
             .routing()
             .iter()
+            .filter(|p| !p.is_audit())
             .map(|p| p.summary.clone())
             .collect()
     }
@@ -578,9 +608,28 @@ impl PluginRuntime {
             .collect()
     }
 
-    /// The call counters of the serving generation of a plugin.
+    /// The call counters of the serving generation of a plugin (for an audit plugin,
+    /// `probes` counts its audits).
     pub fn stats(&self, plugin: &str) -> Option<PluginStats> {
         self.find(plugin).as_deref().map(stats_of)
+    }
+
+    /// The audit plugins that serve now, in routing order.
+    pub fn audit_plugins(&self) -> Vec<PluginSummary> {
+        self.catalog()
+            .routing()
+            .iter()
+            .filter(|p| p.is_audit())
+            .map(|p| p.summary.clone())
+            .collect()
+    }
+
+    /// Audits `target` once (DESIGN §4, `audit` world) with the highest-priority audit
+    /// plugin that accepts it, within `budget`. Never fails: a plugin's fault is
+    /// [`AuditOutcome::Fault`], an unreadable kind [`AuditOutcome::Failed`]; only an
+    /// [`AuditOutcome::Report`] should replace a cluster's findings.
+    pub async fn audit(&self, target: &ProbeTarget, budget: Duration) -> AuditOutcome {
+        self.run_audit(target, budget).await
     }
 
     fn find(&self, plugin: &str) -> Option<Arc<LoadedPlugin>> {
@@ -591,14 +640,23 @@ impl PluginRuntime {
     /// highest-priority plugin that accepts it, or why there is none.
     async fn route(&self, target: &ProbeTarget) -> Result<Arc<LoadedPlugin>, ProbeOutcome> {
         if let Some(name) = &target.plugin {
-            return self.find(name).ok_or_else(|| ProbeOutcome::NotProbeable {
-                class: ReasonClass::NoPlugin,
-                message: format!("the cluster's plugin {name} is not loaded"),
-            });
+            return match self.find(name) {
+                Some(plugin) if !plugin.is_audit() => Ok(plugin),
+                Some(_) => Err(ProbeOutcome::NotProbeable {
+                    class: ReasonClass::NoPlugin,
+                    message: format!(
+                        "the cluster's plugin {name} is an audit plugin, not a probe plugin"
+                    ),
+                }),
+                None => Err(ProbeOutcome::NotProbeable {
+                    class: ReasonClass::NoPlugin,
+                    message: format!("the cluster's plugin {name} is not loaded"),
+                }),
+            };
         }
         let reference = target.reference.to_string();
         let routing = self.catalog().routing();
-        for plugin in routing.iter() {
+        for plugin in routing.iter().filter(|p| !p.is_audit()) {
             let key = (
                 target.cluster,
                 reference.clone(),
@@ -633,7 +691,10 @@ impl PluginRuntime {
         let mut store =
             self.new_store(plugin, Some(call_cluster(plugin, target)), ACCEPTS_DEADLINE);
         let call = async {
-            let instance = plugin.pre.instantiate_async(&mut store).await?;
+            let Some(pre) = plugin.probe_pre() else {
+                return Ok(false);
+            };
+            let instance = pre.instantiate_async(&mut store).await?;
             instance
                 .vigil_plugin_prober()
                 .call_accepts(&mut store, &cluster)
@@ -677,7 +738,13 @@ impl PluginRuntime {
         };
         let mut store = self.new_store(plugin, Some(call_cluster(plugin, target)), target.timeout);
         let call = async {
-            let instance = match plugin.pre.instantiate_async(&mut store).await {
+            let Some(pre) = plugin.probe_pre() else {
+                return Err((
+                    false,
+                    wasmtime::Error::msg(format!("{} is an audit plugin", plugin.name)),
+                ));
+            };
+            let instance = match pre.instantiate_async(&mut store).await {
                 Ok(instance) => instance,
                 Err(error) => return Err((false, error)),
             };
@@ -720,14 +787,13 @@ impl PluginRuntime {
         } else {
             debug!(plugin = %plugin.name, cluster = %target.name, outcome = %outcome.label(), contacted = record.cluster_contacted, "probe done");
         }
-        self.judge_probation(plugin, &outcome);
+        self.judge_probation(plugin, matches!(outcome, ProbeOutcome::Inconclusive { .. }));
         outcome
     }
 
     /// Counts a probe towards its generation's probation, and rolls back to the
     /// previous generation when the probation fails.
-    fn judge_probation(&self, plugin: &LoadedPlugin, outcome: &ProbeOutcome) {
-        let inconclusive = matches!(outcome, ProbeOutcome::Inconclusive { .. });
+    fn judge_probation(&self, plugin: &LoadedPlugin, inconclusive: bool) {
         let verdict = self.catalog().record_probe(
             &plugin.name,
             plugin.summary.generation,
@@ -984,7 +1050,18 @@ async fn load_one(
     .await
     .map_err(|e| Refusal::Invalid(format!("the compiler task failed: {e}")))??;
 
-    check_world(engine, &component)?;
+    if check_world(engine, &component)? == World::Audit {
+        let candidate = audit::AuditCandidate {
+            name,
+            file,
+            generation,
+            content,
+            manifest,
+            hash,
+            cache: cache_status,
+        };
+        return audit::load(engine, linker, tls, &component, candidate).await;
+    }
     let instance_pre = linker
         .instantiate_pre(&component)
         .map_err(|e| Refusal::Link(format!("{e:#}")))?;
@@ -1027,6 +1104,7 @@ async fn load_one(
     let summary = PluginSummary {
         name: name.to_string(),
         generation,
+        world: "probe",
         file,
         self_name: info.name,
         version: info.version,
@@ -1042,7 +1120,7 @@ async fn load_one(
         name,
         content,
         manifest,
-        pre,
+        pre: WorldPre::Probe(pre),
         probes: AtomicU64::new(0),
         faults: AtomicU64::new(0),
     })
@@ -1061,9 +1139,16 @@ fn check_header(bytes: &[u8]) -> Result<(), Refusal> {
     Ok(())
 }
 
-/// Checks the component targets the probe world of the supported contract, by its
-/// export names (`vigil:plugin/prober@0.1.0`).
-fn check_world(engine: &SharedEngine, component: &Component) -> Result<(), Refusal> {
+/// The world a component targets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum World {
+    Probe,
+    Audit,
+}
+
+/// Checks the component targets a world of the supported contract, by its export names
+/// (`vigil:plugin/prober@0.1.0` or `vigil:plugin/auditor@0.1.0`).
+fn check_world(engine: &SharedEngine, component: &Component) -> Result<World, Refusal> {
     let ty = component.component_type();
     let names: Vec<String> = ty
         .exports(engine.engine())
@@ -1089,13 +1174,13 @@ fn check_world(engine: &SharedEngine, component: &Component) -> Result<(), Refus
             });
         }
         match interface {
-            "prober" => return Ok(()),
+            "prober" => return Ok(World::Probe),
             "auditor" => audit = true,
             _ => {}
         }
     }
     if audit {
-        return Err(Refusal::AuditNotRunYet);
+        return Ok(World::Audit);
     }
     Err(Refusal::WrongWorld {
         exports: if names.is_empty() {

@@ -15,15 +15,20 @@ use crate::api::{
     Access, ApiState, BoxFuture, PluginCatalog, PluginFailureView, PluginView, ProbationView,
     ProbedByView, Readiness, ReloadView, TokensError, rfc3339,
 };
+use crate::auditing::{AuditSettings, Auditor, audit_loop};
 use crate::cli::{DISCOVERY_DEBOUNCE, EngineConfig, PluginConfig};
 use crate::discovery::{self, DiscoverySettings, Sources};
 use crate::lock::{DatabaseLock, LockError};
 use crate::metrics::Metrics;
 use crate::reference::{self, Reference};
 use crate::runtime::{
-    CandidateFailure, PluginRuntime, PluginStatus, ReloadReport, RuntimeError, RuntimeSettings,
+    AuditOutcome, CandidateFailure, FindingSeverity, PluginRuntime, PluginStatus, ReloadReport,
+    RuntimeError, RuntimeSettings,
 };
-use crate::store::{DiscoveredClusterRow, Store, StoreError, UpsertSummary};
+use crate::store::{
+    AuditResult, DiscoveredClusterRow, Finding, ObjectRef, ProbedBy, Severity, Store, StoreError,
+    UpsertSummary,
+};
 use crate::worker::{
     NoPlugins, ProbeTarget, Probed, Prober, Worker, WorkerHandle, WorkerSettings, WorkerStats,
     wall_clock,
@@ -79,6 +84,75 @@ impl Prober for EngineProber {
     }
 }
 
+impl Auditor for EngineProber {
+    async fn audit(&self, target: &ProbeTarget) -> AuditResult {
+        let Self::Plugins(runtime) = self else {
+            return AuditResult::Failed {
+                kind: None,
+                message: "no plugin directory: no audit plugin is loaded".to_owned(),
+            };
+        };
+        audit_result(runtime.audit(target, target.timeout).await)
+    }
+}
+
+/// The store's view of what an audit plugin answered.
+fn audit_result(outcome: AuditOutcome) -> AuditResult {
+    match outcome {
+        AuditOutcome::Report {
+            plugin,
+            generation,
+            findings,
+            kinds_read,
+        } => AuditResult::Report {
+            findings: findings
+                .into_iter()
+                .map(|f| Finding {
+                    code: f.code,
+                    severity: match f.severity {
+                        FindingSeverity::Blocking => Severity::Blocking,
+                        FindingSeverity::Warning => Severity::Warning,
+                        FindingSeverity::Info => Severity::Info,
+                    },
+                    objects: f
+                        .objects
+                        .into_iter()
+                        .map(|o| ObjectRef {
+                            kind: o.kind,
+                            namespace: o.namespace,
+                            name: o.name,
+                        })
+                        .collect(),
+                    message: f.message,
+                    fix: f.fix,
+                })
+                .collect(),
+            kinds_read,
+            by: Some(ProbedBy { plugin, generation }),
+        },
+        AuditOutcome::Failed {
+            plugin,
+            kind,
+            class,
+            message,
+        } => AuditResult::Failed {
+            kind,
+            message: format!("{plugin}: {} ({})", message, class.as_str()),
+        },
+        AuditOutcome::NoPlugin { message } => AuditResult::Failed {
+            kind: None,
+            message,
+        },
+        AuditOutcome::Fault { message, .. } => AuditResult::Failed {
+            kind: None,
+            message,
+        },
+    }
+}
+
+/// How many audits run at once, beside the probes (the plugin pool is sized for both).
+const AUDIT_CONCURRENCY: u32 = 2;
+
 /// Runs the engine with the plugins of `config.plugins.plugin_dir` until `shutdown`
 /// completes. The database lock is taken before anything is compiled, so a
 /// second engine on the same database stops at once.
@@ -87,7 +161,12 @@ pub async fn serve_with_plugins(
     shutdown: impl Future<Output = ()>,
 ) -> Result<WorkerStats, ServeError> {
     let _lock = lock(config)?;
-    let prober = load_plugins(&config.plugins, &config.discovery, config.concurrency).await?;
+    let prober = load_plugins(
+        &config.plugins,
+        &config.discovery,
+        config.concurrency + AUDIT_CONCURRENCY as usize,
+    )
+    .await?;
     // The plugin directory is live: changes to it and SIGHUP reload it.
     let reloads = match &prober {
         EngineProber::Plugins(runtime) => Some(tokio::spawn(crate::plugin_watch::reload_loop(
@@ -96,9 +175,24 @@ pub async fn serve_with_plugins(
         ))),
         EngineProber::None(_) => None,
     };
+    // Drain-readiness audits of the ONLINE clusters, by the audit plugins.
+    let audits = match &prober {
+        EngineProber::Plugins(_) => {
+            let mut settings = AuditSettings::new(config.audit_interval, config.audit_timeout);
+            settings.concurrency = AUDIT_CONCURRENCY;
+            let store = Store::open(&config.database_url).await?;
+            Some(tokio::spawn(audit_loop(
+                store,
+                Arc::new(prober.clone()),
+                settings,
+                std::future::pending::<()>(),
+            )))
+        }
+        EngineProber::None(_) => None,
+    };
     let result = run(config, prober.clone(), Arc::new(prober), shutdown).await;
-    if let Some(reloads) = reloads {
-        reloads.abort();
+    for task in [reloads, audits].into_iter().flatten() {
+        task.abort();
     }
     result
 }
@@ -239,6 +333,7 @@ fn plugin_view(status: PluginStatus) -> PluginView {
         name: status.name,
         state: status.state.as_str().to_owned(),
         generation: current.as_ref().map(|p| p.generation),
+        world: current.as_ref().map(|p| p.world.to_owned()),
         self_name: current.as_ref().map(|p| p.self_name.clone()),
         version: current.as_ref().map(|p| p.version.clone()),
         package: crate::runtime::SUPPORTED_CONTRACT.to_owned(),

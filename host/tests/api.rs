@@ -41,6 +41,7 @@ impl PluginCatalog for Catalog {
             name: "kubeconfig-file".to_owned(),
             state: "active".to_owned(),
             generation: Some(2),
+            world: Some("probe".to_owned()),
             self_name: Some("kubeconfig-file".to_owned()),
             version: Some("0.1.0".to_owned()),
             package: "vigil:plugin@0.1.0".to_owned(),

@@ -50,7 +50,11 @@ async fn migrations_run_once_and_the_database_uses_wal() {
                 .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "sql"))
         })
         .count();
-    assert_eq!(applied, i64::try_from(files).unwrap(), "each migration ran once");
+    assert_eq!(
+        applied,
+        i64::try_from(files).unwrap(),
+        "each migration ran once"
+    );
     let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
         .fetch_one(store.pool())
         .await

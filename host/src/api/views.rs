@@ -348,6 +348,8 @@ pub struct PluginView {
     pub state: String,
     /// The generation that serves (or served until retired); counted per plugin from 1.
     pub generation: Option<u64>,
+    /// `probe` or `audit`: the world the plugin targets.
+    pub world: Option<String>,
     /// The name it gives itself.
     pub self_name: Option<String>,
     /// Its version.

@@ -14,3 +14,21 @@ wasmtime::component::bindgen!({
     imports: { default: async },
     exports: { default: async },
 });
+
+/// The `audit` world's export (`auditor`), over the same imports and shared types as the
+/// probe world above (`with`), so the host implements `log`, `credentials` and `http` once
+/// and one linker serves both worlds.
+pub mod audit {
+    wasmtime::component::bindgen!({
+        world: "audit",
+        path: "../wit/since_v0.1.0",
+        imports: { default: async },
+        exports: { default: async },
+        with: {
+            "vigil:plugin/types": crate::runtime::bindings::vigil::plugin::types,
+            "vigil:plugin/log": crate::runtime::bindings::vigil::plugin::log,
+            "vigil:plugin/credentials": crate::runtime::bindings::vigil::plugin::credentials,
+            "vigil:plugin/http": crate::runtime::bindings::vigil::plugin::http,
+        },
+    });
+}

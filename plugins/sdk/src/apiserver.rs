@@ -7,6 +7,83 @@ use crate::http::{self, HttpError, Request, Response, TlsOptions};
 use crate::kubeconfig::{Material, Selection};
 use crate::{ProbeError, ReasonClass, SecretBytes};
 
+/// The page size [`ApiServer::list`] asks for when given none: what `kubectl` uses for its
+/// own paged lists.
+pub const DEFAULT_PAGE_SIZE: u32 = 500;
+
+/// The longest piece of an API server's error message kept in a [`ListError`], in characters.
+const MAX_QUOTED_CHARS: usize = 200;
+
+/// Why a list could not be read completely.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListError {
+    /// A page got no answer (timeout, refused, TLS, denied by vigil, …).
+    Http(HttpError),
+    /// A page was answered with a status other than 200 (e.g. 403 when the credentials may
+    /// not list the kind). `message` is the server's, shortened.
+    Status {
+        /// The HTTP status.
+        status: u16,
+        /// What the server said (the `message` of its `Status` body, if any).
+        message: String,
+    },
+    /// A page's body is not a list of the expected items.
+    Malformed(String),
+}
+
+impl ListError {
+    /// The reason class: the HTTP error's own, `unauthorized` for 401 and 403,
+    /// `server-error` for 5xx, `bad-response` otherwise.
+    pub fn reason_class(&self) -> ReasonClass {
+        match self {
+            Self::Http(error) => error.reason_class(),
+            Self::Status {
+                status: 401 | 403, ..
+            } => ReasonClass::Unauthorized,
+            Self::Status {
+                status: 500..=599, ..
+            } => ReasonClass::ServerError,
+            Self::Status { .. } | Self::Malformed(_) => ReasonClass::BadResponse,
+        }
+    }
+
+    /// One line for an operator.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Http(error) => error.describe(),
+            Self::Status { status, message } if message.is_empty() => {
+                format!("the API server answered {status}")
+            }
+            Self::Status { status, message } => {
+                format!("the API server answered {status}: {message}")
+            }
+            Self::Malformed(why) => format!("the API server's list is malformed: {why}"),
+        }
+    }
+}
+
+/// One page of a list: its items and the token of the next page.
+#[derive(serde::Deserialize)]
+struct Page<T> {
+    #[serde(default = "Option::default")]
+    items: Option<Vec<T>>,
+    #[serde(default)]
+    metadata: PageMetadata,
+}
+
+#[derive(Default, serde::Deserialize)]
+struct PageMetadata {
+    #[serde(rename = "continue", default)]
+    next: Option<String>,
+}
+
+/// A Kubernetes `Status` body, for its message.
+#[derive(serde::Deserialize)]
+struct StatusBody {
+    #[serde(default)]
+    message: String,
+}
+
 /// A Kubernetes API server, ready to be sent requests: its URL, the TLS options (CA, client
 /// certificate and key, server name, verification) and the headers (bearer token) of a
 /// [`Selection`], with every file it names read already.
@@ -140,6 +217,76 @@ impl ApiServer {
         request.timeout_ms = timeout_ms;
         http::send(&request)
     }
+
+    /// Lists a collection (`/api/v1/pods`, `/apis/apps/v1/deployments`, …) page by page,
+    /// `limit` items at a time (`limit` and `continue`, as `kubectl` pages), and returns the
+    /// items of every page read as `T`. Each page is parsed as soon as it arrives, so only
+    /// the typed items stay in memory: give `T` just the fields you need.
+    ///
+    /// `path` may carry a query already (e.g. a `labelSelector`). The first page that fails
+    /// ends the list with its error.
+    pub fn list<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        limit: u32,
+    ) -> Result<Vec<T>, ListError> {
+        self.list_with(path, limit, http::send)
+    }
+
+    /// [`ApiServer::list`] with another way to send requests. For tests.
+    pub fn list_with<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        limit: u32,
+        mut send: impl FnMut(&Request) -> Result<Response, HttpError>,
+    ) -> Result<Vec<T>, ListError> {
+        let limit = if limit == 0 { DEFAULT_PAGE_SIZE } else { limit };
+        let separator = if path.contains('?') { '&' } else { '?' };
+        let mut items = Vec::new();
+        let mut next: Option<String> = None;
+        loop {
+            let mut query = format!("{path}{separator}limit={limit}");
+            if let Some(token) = &next {
+                query.push_str("&continue=");
+                query.push_str(&percent_encode(token));
+            }
+            let response = send(&self.request("GET", &query)).map_err(ListError::Http)?;
+            if response.status != 200 {
+                let message = serde_json::from_slice::<StatusBody>(&response.body)
+                    .map(|body| body.message.chars().take(MAX_QUOTED_CHARS).collect())
+                    .unwrap_or_default();
+                return Err(ListError::Status {
+                    status: response.status,
+                    message,
+                });
+            }
+            let page: Page<T> = serde_json::from_slice(&response.body)
+                .map_err(|error| ListError::Malformed(error.to_string()))?;
+            items.extend(page.items.unwrap_or_default());
+            match page.metadata.next.filter(|token| !token.is_empty()) {
+                Some(token) if next.as_ref() == Some(&token) => {
+                    return Err(ListError::Malformed(
+                        "the server sent the same continue token twice".to_owned(),
+                    ));
+                }
+                Some(token) => next = Some(token),
+                None => return Ok(items),
+            }
+        }
+    }
+}
+
+/// Percent-encodes a query value (continue tokens are base64, with `+`, `/` and `=`).
+fn percent_encode(value: &str) -> String {
+    let mut encoded = String::with_capacity(value.len());
+    for byte in value.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
+            encoded.push(char::from(byte));
+        } else {
+            encoded.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    encoded
 }
 
 impl fmt::Debug for ApiServer {
@@ -197,6 +344,7 @@ fn bearer_token(token: &SecretBytes, selection: &Selection) -> Result<String, Pr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::Response;
     use crate::kubeconfig::select;
 
     const PEM: &[u8] = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
@@ -258,6 +406,82 @@ mod tests {
             !shown.contains("vigil-fake") && !shown.contains("BEGIN"),
             "{shown}"
         );
+    }
+
+    #[test]
+    fn lists_are_followed_page_by_page() {
+        let server = connect("http://127.0.0.1:8080", "", "token: vigil-fake-t").expect("connects");
+        let mut urls = Vec::new();
+        let pages = [
+            r#"{"items":[{"n":1},{"n":2}],"metadata":{"continue":"a+b/c="}}"#,
+            r#"{"items":[{"n":3}],"metadata":{"continue":""}}"#,
+        ];
+        #[derive(serde::Deserialize, Debug, PartialEq)]
+        struct Item {
+            n: u32,
+        }
+        let items: Vec<Item> = server
+            .list_with("/api/v1/pods?labelSelector=a%3Db", 2, |request| {
+                urls.push(request.url.clone());
+                Ok(Response {
+                    status: 200,
+                    headers: Vec::new(),
+                    body: pages[urls.len() - 1].as_bytes().to_vec(),
+                    latency_ms: 1,
+                })
+            })
+            .expect("lists");
+        assert_eq!(items, vec![Item { n: 1 }, Item { n: 2 }, Item { n: 3 }]);
+        assert_eq!(
+            urls,
+            vec![
+                "http://127.0.0.1:8080/api/v1/pods?labelSelector=a%3Db&limit=2",
+                "http://127.0.0.1:8080/api/v1/pods?labelSelector=a%3Db&limit=2&continue=a%2Bb%2Fc%3D",
+            ]
+        );
+    }
+
+    #[test]
+    fn list_failures_keep_the_status_and_the_servers_words() {
+        let server = connect("http://127.0.0.1:8080", "", "token: vigil-fake-t").expect("connects");
+        let forbidden = server
+            .list_with::<serde_json::Value>("/api/v1/pods", 0, |request| {
+                assert!(
+                    request.url.ends_with("/api/v1/pods?limit=500"),
+                    "{}",
+                    request.url
+                );
+                Ok(Response {
+                    status: 403,
+                    headers: Vec::new(),
+                    body: br#"{"kind":"Status","message":"pods is forbidden"}"#.to_vec(),
+                    latency_ms: 1,
+                })
+            })
+            .expect_err("403");
+        assert_eq!(
+            forbidden,
+            ListError::Status {
+                status: 403,
+                message: "pods is forbidden".to_owned()
+            }
+        );
+        assert_eq!(forbidden.reason_class(), ReasonClass::Unauthorized);
+        let timeout = server
+            .list_with::<serde_json::Value>("/api/v1/pods", 1, |_| Err(HttpError::Timeout))
+            .expect_err("timeout");
+        assert_eq!(timeout.reason_class(), ReasonClass::Timeout);
+        let looping = server
+            .list_with::<serde_json::Value>("/api/v1/pods", 1, |_| {
+                Ok(Response {
+                    status: 200,
+                    headers: Vec::new(),
+                    body: br#"{"items":[],"metadata":{"continue":"same"}}"#.to_vec(),
+                    latency_ms: 1,
+                })
+            })
+            .expect_err("loops");
+        assert!(matches!(looping, ListError::Malformed(_)), "{looping:?}");
     }
 
     #[test]

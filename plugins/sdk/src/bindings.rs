@@ -6,11 +6,11 @@
 //! public for what the wrappers leave out. Every item carries the documentation of its WIT
 //! definition.
 //!
-//! The imports (`log`, `credentials`, `http`) are shared by both worlds of the contract. Only
-//! the `probe` world's export (`exports::vigil::plugin::prober`) is generated here so far;
-//! its custom section — which tells the component linker that the plugin exports `prober` —
-//! is emitted only where [`crate::register!`] is called, so the `audit` world's export can be
-//! added beside it later without every probe plugin having to implement it too.
+//! The imports (`log`, `credentials`, `http`) are shared by both worlds of the contract. The
+//! `probe` world's export (`exports::vigil::plugin::prober`) is generated here, the `audit`
+//! world's in [`audit`]; each one's custom section — which tells the component linker what
+//! the plugin exports — is emitted only where [`crate::register!`] or
+//! [`crate::register_audit!`] is called, so a plugin implements one world without the other.
 //!
 //! The generated `Debug` implementations print every field, so the `Debug` output of an
 //! [`vigil::plugin::http::Request`] or [`vigil::plugin::http::TlsOptions`] shows tokens and
@@ -36,3 +36,25 @@ wit_bindgen::generate!({
     pub_export_macro: true,
     default_bindings_module: "vigil_plugin_sdk::bindings",
 });
+
+/// The `audit` world's export (`vigil:plugin/auditor@0.1.0`), generated beside the probe
+/// world's. Its imports and shared types are the ones above (`with`), so a [`Cluster`] or
+/// an [`AuditReport`] is the same Rust type in both worlds. Its custom section, too, is
+/// emitted only where [`crate::register_audit!`] is called.
+///
+/// [`Cluster`]: crate::Cluster
+/// [`AuditReport`]: crate::AuditReport
+pub mod audit {
+    wit_bindgen::generate!({
+        world: "audit",
+        path: "../../wit/since_v0.1.0",
+        with: {
+            "vigil:plugin/types@0.1.0": crate::bindings::vigil::plugin::types,
+            "vigil:plugin/log@0.1.0": crate::bindings::vigil::plugin::log,
+            "vigil:plugin/credentials@0.1.0": crate::bindings::vigil::plugin::credentials,
+            "vigil:plugin/http@0.1.0": crate::bindings::vigil::plugin::http,
+        },
+        pub_export_macro: true,
+        default_bindings_module: "vigil_plugin_sdk::bindings::audit",
+    });
+}

@@ -1,4 +1,4 @@
-//! Write [vigil](https://example.invalid/vigil) probe plugins in Rust.
+//! Write [vigil](https://example.invalid/vigil) probe and audit plugins in Rust.
 //!
 //! A vigil plugin is a WebAssembly component, built with
 //! `cargo build --release --target wasm32-wasip2`, that vigil loads from its plugin directory
@@ -7,13 +7,16 @@
 //! - the bindings of the contract (`wit/since_v0.1.0/plugin.wit`, package
 //!   `vigil:plugin@0.1.0`), re-exported under friendly names ([`Cluster`], [`ProbeRequest`],
 //!   [`ProbeReport`], [`ProbeError`], …) with constructors for the common results;
-//! - the [`ProbePlugin`] trait and the [`register!`] macro that exports it;
+//! - the [`ProbePlugin`] trait and the [`register!`] macro that exports it, and for the
+//!   `audit` world (what blocks node drains) the [`AuditPlugin`] trait and
+//!   [`register_audit!`];
 //! - [`kubeconfig`]: typed kubeconfig structs and [`kubeconfig::select`], which picks the
 //!   context, cluster, user, server and TLS material exactly as vigil's host does;
 //! - [`reference`](mod@reference): parsing of cluster references (`/path/config#context`, `secret://…`,
 //!   `http(s)://…`);
 //! - host calls: [`log`] (and the [`info!`]-style macros), [`credentials`], [`http`], and
-//!   [`apiserver`], which turns a kubeconfig selection into ready-to-send requests.
+//!   [`apiserver`], which turns a kubeconfig selection into ready-to-send requests and lists
+//!   large collections page by page ([`apiserver::ApiServer::list`]).
 //!
 //! # A complete plugin
 //!
@@ -65,6 +68,7 @@
 #![warn(missing_docs)]
 
 pub mod apiserver;
+mod audit;
 pub mod bindings;
 pub mod credentials;
 pub mod http;
@@ -75,6 +79,7 @@ pub mod reference;
 mod report;
 mod secret;
 
+pub use audit::AuditPlugin;
 pub use bindings::vigil::plugin::types::{
     AuditError, AuditReport, Cluster, Failure, Finding, ObjectRef, PluginInfo, ProbeError,
     ProbeReport, ProbeRequest, ReasonClass, Severity, Verdict,
@@ -85,6 +90,7 @@ pub use secret::{SecretBytes, SecretString};
 /// What [`register!`] expands to needs; not part of the API.
 #[doc(hidden)]
 pub mod __private {
+    pub use crate::audit::AuditExport;
     pub use crate::plugin::ProbeExport;
 }
 
@@ -113,6 +119,36 @@ macro_rules! register {
             // The generated export macro takes a plain identifier; the alias gives it one.
             type VigilProbeExport = $crate::__private::ProbeExport<$plugin>;
     $crate::bindings::export!(VigilProbeExport with_types_in $crate::bindings);
+        };
+    };
+}
+
+/// Exports an [`AuditPlugin`] as the plugin's `vigil:plugin/auditor@0.1.0` interface: the
+/// [`register!`] of the `audit` world.
+///
+/// Call it once, at the top level of the plugin crate (a `cdylib`), with the type that
+/// implements [`AuditPlugin`]:
+///
+/// ```no_run
+/// # use vigil_plugin_sdk::{AuditError, AuditPlugin, AuditReport, Cluster, Finding, PluginInfo};
+/// struct MyAudit;
+/// # impl AuditPlugin for MyAudit {
+/// #     fn info() -> PluginInfo { PluginInfo::new("my-audit", "0.1.0", ["file"], "…") }
+/// #     fn audit(_: Cluster) -> Result<AuditReport, AuditError> {
+/// #         Ok(AuditReport::new(Vec::<Finding>::new(), ["pods"]))
+/// #     }
+/// # }
+/// vigil_plugin_sdk::register_audit!(MyAudit);
+/// ```
+///
+/// A crate calls either this or [`register!`], once: a component targets one world.
+#[macro_export]
+macro_rules! register_audit {
+    ($plugin:ty) => {
+        const _: () = {
+            // The generated export macro takes a plain identifier; the alias gives it one.
+            type VigilAuditExport = $crate::__private::AuditExport<$plugin>;
+            $crate::bindings::audit::export!(VigilAuditExport with_types_in $crate::bindings::audit);
         };
     };
 }

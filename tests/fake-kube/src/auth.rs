@@ -167,6 +167,9 @@ pub struct AccessPolicy {
     pub privileged_groups: Vec<String>,
     /// These users may do anything.
     pub privileged_users: Vec<String>,
+    /// Resources (plural, e.g. `pods`) no one may read, privileged or not: an RBAC role
+    /// that leaves them out, for tests of a client that must read them.
+    pub forbidden_resources: Vec<String>,
 }
 
 impl Default for AccessPolicy {
@@ -174,6 +177,7 @@ impl Default for AccessPolicy {
         Self {
             privileged_groups: vec![MASTERS_GROUP.to_owned()],
             privileged_users: Vec::new(),
+            forbidden_resources: Vec::new(),
         }
     }
 }
@@ -340,7 +344,11 @@ pub fn authorize(
             .groups
             .iter()
             .any(|group| policy.privileged_groups.contains(group));
-    if privileged || attributes.is_public() {
+    let forbidden = matches!(
+        attributes,
+        RequestAttributes::Resource { resource, .. } if policy.forbidden_resources.contains(resource)
+    );
+    if (privileged && !forbidden) || attributes.is_public() {
         Ok(())
     } else {
         Err(attributes.forbidden_message(&user.name))
@@ -494,5 +502,24 @@ mod tests {
                 "{method} {path}"
             );
         }
+    }
+
+    #[test]
+    fn forbidden_resources_are_refused_even_to_masters() {
+        let policy = AccessPolicy {
+            forbidden_resources: vec!["pods".to_owned()],
+            ..AccessPolicy::default()
+        };
+        let admin = User::admin();
+        let pods = RequestAttributes::from_request("GET", "/api/v1/pods", Some("limit=500"));
+        let message = authorize(&policy, &admin, &pods).expect_err("pods are forbidden");
+        assert!(
+            message.starts_with("pods is forbidden: User \"kubernetes-admin\""),
+            "{message}"
+        );
+        let nodes = RequestAttributes::from_request("GET", "/api/v1/nodes", None);
+        assert!(authorize(&policy, &admin, &nodes).is_ok());
+        let version = RequestAttributes::from_request("GET", "/version", None);
+        assert!(authorize(&policy, &admin, &version).is_ok());
     }
 }
