@@ -515,3 +515,143 @@ async fn a_plugin_over_its_memory_cap_is_a_fault_not_a_crash() {
     }
     fleet.shutdown().await;
 }
+
+/// Through the engine: the real plugin's audits applied to a real store as the fixtures
+/// change — `drain-blocked` set by a blocking finding and cleared when none remains, an
+/// orphan budget alone never setting it, a forbidden list keeping the previous findings
+/// and condition, and the status never touched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drain_blocked_follows_the_fixtures_through_the_engine() {
+    use vigil::auditing::audit_cluster;
+    use vigil::serve::EngineProber;
+    use vigil::store::{DiscoveredClusterRow, Store};
+    use vigil::worker::wall_clock;
+    use vigil_decision::{ClusterStatus, ConditionType, ProbeOutcome};
+
+    let temp = tempfile::tempdir().expect("tempdir");
+    let runtime = load(&plugin_dir(temp.path(), &shipped_manifest())).await;
+    let auditor = EngineProber::Plugins(runtime);
+    let (fleet, targets) = fleet(
+        vec![clean().yaml()],
+        AccessPolicy::default(),
+        &temp.path().join("kube"),
+    )
+    .await;
+    let cluster = &fleet.clusters()[0];
+    let store = Store::open_path(&temp.path().join("vigil.db"))
+        .await
+        .expect("store");
+    store
+        .upsert_discovered(
+            &[DiscoveredClusterRow {
+                name: targets[0].name.clone(),
+                endpoint: targets[0].endpoint.clone(),
+                reference: targets[0].reference.to_string(),
+            }],
+            wall_clock(),
+        )
+        .await
+        .expect("discovered");
+    let name = targets[0].name.as_str();
+    let id = store.cluster(name).await.expect("cluster").id;
+    let now = wall_clock();
+    let apply = vigil::worker::WorkerSettings::new(
+        vigil_decision::HealthPolicy::default(),
+        vigil_decision::BrakeConfig {
+            enabled: false,
+            ratio: 1.0,
+            min_failed: 1,
+            window_millis: 0,
+        },
+        1,
+    )
+    .apply();
+    store
+        .apply_probe(
+            id,
+            &ProbeOutcome::Healthy,
+            now,
+            now.plus_millis(3_600_000),
+            &apply,
+        )
+        .await
+        .expect("probe");
+
+    let audit = |expect_report: bool| {
+        let store = store.clone();
+        let auditor = &auditor;
+        async move {
+            let record = store.cluster(name).await.expect("cluster");
+            let result = audit_cluster(auditor, &record, BUDGET).await;
+            assert_eq!(
+                matches!(result, vigil::store::AuditResult::Report { .. }),
+                expect_report,
+                "{result:?}"
+            );
+            let now = wall_clock();
+            store
+                .apply_audit(record.id, &result, now, now.plus_millis(3_600_000))
+                .await
+                .expect("applied")
+                .expect("the cluster exists");
+            let after = store.cluster(name).await.expect("cluster");
+            assert_eq!(
+                after.health.status,
+                ClusterStatus::Online,
+                "never the status"
+            );
+            (
+                after.health.has_condition(ConditionType::DrainBlocked),
+                store.audit(name).await.expect("audit"),
+            )
+        }
+    };
+    let codes_of = |audit: &vigil::store::AuditRecord| -> Vec<String> {
+        audit.findings.iter().map(|f| f.code.clone()).collect()
+    };
+
+    let (blocked, findings) = audit(true).await;
+    assert!(!blocked);
+    assert!(findings.findings.is_empty(), "{findings:?}");
+
+    let mut zero = clean();
+    zero.budgets = vec![(
+        "api",
+        budget(
+            "maxUnavailable: 0\n  unhealthyPodEvictionPolicy: AlwaysAllow",
+            [0, 3, 3, 3],
+        ),
+    )];
+    cluster.set_fixtures(Fixtures::from_yaml(&zero.yaml()).expect("fixtures"));
+    let (blocked, findings) = audit(true).await;
+    assert!(blocked, "{findings:?}");
+    assert_eq!(codes_of(&findings), [codes::ZERO_DISRUPTIONS]);
+
+    // Every list answered 403: an error, the findings and the condition kept.
+    cluster.fail_with(403).await.expect("fault");
+    let (blocked, kept) = audit(false).await;
+    assert!(blocked, "the condition is kept");
+    assert_eq!(codes_of(&kept), [codes::ZERO_DISRUPTIONS]);
+    assert_eq!(kept.audited_at, findings.audited_at);
+    assert!(kept.failure.is_some(), "{kept:?}");
+    cluster.set_fault(Default::default()).await.expect("clear");
+
+    // An orphan budget alone: a warning, and the condition cleared.
+    let mut orphan = clean();
+    orphan.budgets = vec![(
+        "api",
+        budget(
+            "maxUnavailable: 1\n  unhealthyPodEvictionPolicy: AlwaysAllow",
+            [0, 0, 0, 0],
+        )
+        .replace("{matchLabels: {app: api}}", "{matchLabels: {app: renamed}}"),
+    )];
+    cluster.set_fixtures(Fixtures::from_yaml(&orphan.yaml()).expect("fixtures"));
+    let (blocked, findings) = audit(true).await;
+    assert!(
+        !blocked,
+        "an orphan budget never blocks a drain: {findings:?}"
+    );
+    assert_eq!(codes_of(&findings), [codes::ORPHAN]);
+    assert_eq!(findings.failure, None);
+}
