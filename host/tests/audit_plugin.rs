@@ -170,7 +170,10 @@ impl Case {
 
 /// Every case: a name, its fixture, the findings expected (code and severity, sorted as
 /// the audit sorts them).
-fn cases() -> Vec<(&'static str, Case, Vec<(&'static str, FindingSeverity)>)> {
+/// A fixture case: its name, its cluster, and the findings expected (code, severity).
+type Expected = (&'static str, Case, Vec<(&'static str, FindingSeverity)>);
+
+fn cases() -> Vec<Expected> {
     use FindingSeverity::{Blocking, Info, Warning};
     let mut out = vec![("clean", clean(), vec![])];
     let mut c = clean();
