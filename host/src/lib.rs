@@ -8,6 +8,7 @@ pub mod discovery;
 pub mod discovery_preview;
 pub mod lock;
 pub mod metrics;
+pub mod plugin_check;
 pub mod reference;
 pub mod retention;
 pub mod runtime;
