@@ -234,9 +234,16 @@ fn probe(args: &ProbeArgs) -> ExitCode {
 /// `vigil plugin check FILE.wasm [--cluster NAME]`.
 fn plugin_check(args: &PluginCheckArgs) -> ExitCode {
     let home_dir = std::env::home_dir();
-    // The plugin directory is a private temporary one; only the cache and credential
-    // settings matter, checked as `vigil serve` checks them.
-    let plugins = match args.plugin_config(&std::env::temp_dir(), home_dir.as_deref()) {
+    // The file is loaded from a private temporary plugin directory; the cache and
+    // credential settings are checked as `vigil serve` checks them.
+    let dir = match vigil::plugin_check::private_dir() {
+        Ok(dir) => dir,
+        Err(error) => {
+            eprintln!("error: {}", error_chain(&error));
+            return ExitCode::from(EXIT_ERROR);
+        }
+    };
+    let plugins = match args.plugin_config(dir.path(), home_dir.as_deref()) {
         Ok(plugins) => plugins,
         Err(error) => {
             eprintln!("error: {error}");
@@ -263,7 +270,7 @@ fn plugin_check(args: &PluginCheckArgs) -> ExitCode {
             cache_dir: plugins.cache_dir.clone(),
             credential_dirs: credential_roots(&discovery_settings, &plugins.credential_dirs),
         };
-        let checked = match vigil::plugin_check::check(&args.file, &settings).await {
+        let checked = match vigil::plugin_check::check(&args.file, &settings, dir).await {
             Ok(checked) => checked,
             Err(error @ CheckError::Refused { .. }) => {
                 eprintln!("refused: {error}");

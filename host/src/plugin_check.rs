@@ -72,9 +72,23 @@ pub struct CheckedPlugin {
     _dir: tempfile::TempDir,
 }
 
+/// A fresh private directory for [`check`] to load the file from (mode 0700, removed when
+/// dropped). Made apart from `check` so that the settings can be checked against it first
+/// (the compiled-plugin cache must not lie inside a plugin directory).
+pub fn private_dir() -> Result<tempfile::TempDir, CheckError> {
+    tempfile::Builder::new()
+        .prefix("vigil-plugin-check-")
+        .tempdir()
+        .map_err(CheckError::TempDir)
+}
+
 /// Loads `file` (and the `NAME.toml` beside it) as the engine would load it from its
-/// plugin directory.
-pub async fn check(file: &Path, settings: &CheckSettings) -> Result<CheckedPlugin, CheckError> {
+/// plugin directory, `dir` (from [`private_dir`]), which holds nothing else.
+pub async fn check(
+    file: &Path,
+    settings: &CheckSettings,
+    dir: tempfile::TempDir,
+) -> Result<CheckedPlugin, CheckError> {
     let bad = |reason: &str| CheckError::File {
         file: file.to_path_buf(),
         reason: reason.to_owned(),
@@ -92,10 +106,6 @@ pub async fn check(file: &Path, settings: &CheckSettings) -> Result<CheckedPlugi
         Ok(_) => return Err(bad("not a regular file")),
         Err(error) => return Err(bad(&format!("cannot be read: {error}"))),
     }
-    let dir = tempfile::Builder::new()
-        .prefix("vigil-plugin-check-")
-        .tempdir()
-        .map_err(CheckError::TempDir)?;
     std::fs::copy(file, dir.path().join(format!("{name}.wasm")))
         .map_err(|error| bad(&format!("cannot be read: {error}")))?;
     let manifest_file = file.with_extension("toml");
@@ -118,9 +128,22 @@ pub async fn check(file: &Path, settings: &CheckSettings) -> Result<CheckedPlugi
     };
     let (runtime, mut report) = PluginRuntime::load(&runtime_settings).await?;
     if let Some(refused) = report.refused.pop() {
+        // The runtime names the copy it read; the operator knows the file beside theirs.
+        let reason = match (refused.reason, &manifest_file) {
+            (Refusal::Manifest(message), Some(original)) => Refusal::Manifest(
+                message.replace(
+                    &dir.path()
+                        .join(format!("{name}.toml"))
+                        .display()
+                        .to_string(),
+                    &original.display().to_string(),
+                ),
+            ),
+            (reason, _) => reason,
+        };
         return Err(CheckError::Refused {
             file: file.to_path_buf(),
-            reason: refused.reason,
+            reason,
         });
     }
     let Some(summary) = report.loaded.pop() else {

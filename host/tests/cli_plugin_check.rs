@@ -178,7 +178,13 @@ fn refused_files_are_named_with_the_engines_reason_and_exit_4() {
             stage(dir, "trap-info", &built("target/test-plugins/trap-info.wasm"), None),
             "did not answer info()".to_owned(),
         ),
-        (bad_manifest, "has an invalid manifest".to_owned()),
+        (
+            bad_manifest,
+            format!(
+                "has an invalid manifest: {}: ",
+                bad_manifest_dir.join("http.toml").display()
+            ),
+        ),
     ];
     for (file, reason) in cases {
         let run = check(dir, &[file.to_str().expect("utf-8")], &[]);
@@ -189,6 +195,10 @@ fn refused_files_are_named_with_the_engines_reason_and_exit_4() {
             "expected {expected:?}:\n{run}"
         );
         assert!(run.stdout.is_empty(), "{run}");
+        assert!(
+            !run.stderr.contains("vigil-plugin-check-"),
+            "a private path leaked: {run}"
+        );
     }
     // A file that is not there, or not named NAME.wasm, is an error of the command.
     let run = check(

@@ -465,7 +465,7 @@ async fn https_with_a_private_ca_given_inline_or_as_a_file() {
         &runtime,
         &url,
         &[
-            ("ca", &ca_file),
+            ("ca", ca_file.as_str()),
             ("json-pointer", "/status"),
             ("json-equals", "UP"),
         ],
@@ -478,7 +478,7 @@ async fn https_with_a_private_ca_given_inline_or_as_a_file() {
     check(
         &runtime,
         &url,
-        &[("ca", &outside)],
+        &[("ca", outside.as_str())],
         Some(("inconclusive", ReasonClass::Denied, "parameter ca")),
     )
     .await;
