@@ -13,7 +13,7 @@
 //! | parameter | meaning | default |
 //! |---|---|---|
 //! | `method` | the request method | `GET` |
-//! | `header.NAME` | a request header `NAME`; its value inline, or a credential reference (`file:///ABS/PATH`, `secret://NAMESPACE/NAME?key=KEY`) that vigil resolves when the probe runs | none |
+//! | `header.NAME` | a request header `NAME`; its value inline, or a credential reference (`file:///ABS/PATH`, `secret://NAMESPACE/NAME?key=KEY`) that vigil resolves when the probe runs, holding the whole value, e.g. `Bearer eyJ…` (a final newline is dropped) | none |
 //! | `credential-headers` | comma-separated header names whose `header.NAME` is a credential reference (`Authorization` is always looked up) | none |
 //! | `body` | the request body | none |
 //! | `status` | expected status codes: codes, ranges and classes, comma-separated (`200`, `200-299`, `2xx,304`) | `2xx` |
