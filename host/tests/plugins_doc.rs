@@ -5,8 +5,9 @@
 //! so the document cannot drift from the code.
 //!
 //! The copy lives at a fixed place under `target/`, and the template's `target/` directory
-//! is a link to `target/plugin-template-doc/`, so a second run rebuilds only what changed
-//! while the commands read exactly as the guide writes them.
+//! is a link to `target/plugin-template/` (where `scripts/build-plugins` builds the
+//! template too), so the dependencies are built once and a second run rebuilds only what
+//! changed, while the commands read exactly as the guide writes them.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -104,7 +105,7 @@ fn every_shell_command_of_plugins_md_runs_and_the_template_is_accepted() {
     }
     let template = checkout.join("examples").join("plugin-template");
     copy_dir(&root.join("examples").join("plugin-template"), &template);
-    let build_dir = root.join("target").join("plugin-template-doc");
+    let build_dir = root.join("target").join("plugin-template");
     std::fs::create_dir_all(&build_dir).expect("mkdir");
     std::os::unix::fs::symlink(&build_dir, template.join("target")).expect("symlink");
     let cache = work.join("cache");
