@@ -112,6 +112,99 @@ pub enum Command {
     /// missing file, a document that is not YAML or not a Kubernetes object) — so it
     /// can gate a deployment in CI.
     Audit(AuditArgs),
+    /// Work with plugin files: `vigil plugin check FILE.wasm`.
+    #[command(subcommand)]
+    Plugin(PluginCommand),
+}
+
+/// The `vigil plugin` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum PluginCommand {
+    /// Check a plugin file as vigil would load it: `vigil plugin check FILE.wasm`.
+    ///
+    /// Loads FILE.wasm exactly as `vigil serve` loads a file of its plugin
+    /// directory — it must be a WebAssembly component targeting the probe world of
+    /// a contract version this vigil runs, with a valid NAME.toml beside it (none
+    /// means every grant denied), and it must answer info() within its deadline —
+    /// then prints what the plugin says it is (name, version, schemes, description)
+    /// and what its NAME.toml grants. A refused file is named with the exact reason.
+    /// Nothing is installed: the plugin directory is not touched.
+    ///
+    /// With --cluster NAME it also probes that cluster once through this plugin,
+    /// as `vigil probe NAME` would (the cluster is read from the database, read
+    /// only, or found among the kubeconfig contexts), and prints the outcome. The
+    /// cluster is routed to the plugin only if its accepts() says yes. Nothing is
+    /// written to the database.
+    ///
+    /// Exit codes: 0 the plugin loads (and, with --cluster, the probe is healthy),
+    /// 1 error (the file cannot be read, no such cluster, the database cannot be
+    /// read), 2 invalid arguments or settings, 3 the probe ran and the outcome is
+    /// not healthy, 4 vigil refuses the plugin.
+    Check(PluginCheckArgs),
+}
+
+/// Settings of `vigil plugin check`.
+#[derive(Debug, Clone, Args)]
+pub struct PluginCheckArgs {
+    /// The plugin file (`NAME.wasm`; its grants are read from `NAME.toml` beside it).
+    #[arg(value_name = "FILE.wasm")]
+    pub file: PathBuf,
+
+    /// Also probe this cluster once through the plugin (its name in the database, or
+    /// a kubeconfig context), writing nothing.
+    #[arg(long = "cluster", value_name = "NAME")]
+    pub cluster: Option<String>,
+
+    /// Seconds the probe may take, unless the cluster's own policy says otherwise.
+    #[arg(long = "timeout", env = "CLUSTER_HEALTH_TIMEOUT", value_name = "CLUSTER_HEALTH_TIMEOUT",
+          default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=3600))]
+    pub timeout: u32,
+
+    /// Where kubeconfigs and the database are (with --cluster).
+    #[command(flatten)]
+    pub sources: SourceArgs,
+
+    /// Directories under which credential files may lie, `:`-separated, as for `vigil
+    /// serve` (with --cluster).
+    #[arg(
+        long = "credential-dirs",
+        env = "VIGIL_CREDENTIAL_DIRS",
+        value_name = "VIGIL_CREDENTIAL_DIRS",
+        value_delimiter = ':'
+    )]
+    pub credential_dirs: Vec<PathBuf>,
+
+    /// Where compiled plugins are cached [default: $XDG_CACHE_HOME/vigil, else ~/.cache/vigil].
+    #[arg(
+        long = "cache-dir",
+        env = "VIGIL_CACHE_DIR",
+        value_name = "VIGIL_CACHE_DIR"
+    )]
+    pub cache_dir: Option<PathBuf>,
+
+    /// The XDG base directory for caches, read when VIGIL_CACHE_DIR is unset.
+    #[arg(long = "xdg-cache-home", env = "XDG_CACHE_HOME", hide = true)]
+    pub xdg_cache_home: Option<PathBuf>,
+}
+
+impl PluginCheckArgs {
+    /// The plugin settings as `vigil serve` would read them, for a plugin directory
+    /// `plugin_dir` (the private one the file is checked in).
+    pub fn plugin_config(
+        &self,
+        plugin_dir: &Path,
+        home_dir: Option<&Path>,
+    ) -> Result<PluginConfig, SettingError> {
+        PluginArgs {
+            plugin_dir: plugin_dir.to_path_buf(),
+            credential_dirs: self.credential_dirs.clone(),
+            cache_dir: self.cache_dir.clone(),
+            xdg_cache_home: self.xdg_cache_home.clone(),
+            probation_probes: ProbationPolicy::default().probes,
+            probation_max_inconclusive: ProbationPolicy::default().max_inconclusive_ratio,
+        }
+        .config(home_dir)
+    }
 }
 
 /// Settings of `vigil audit`.

@@ -9,12 +9,14 @@ use clap::Parser;
 use serde_json::json;
 use tracing_subscriber::EnvFilter;
 use vigil::cli::{
-    Cli, Command, DiscoverArgs, LogFormat, OutputFormat, ProbeArgs, ServerArgs, StatusArgs,
+    Cli, Command, DiscoverArgs, LogFormat, OutputFormat, PluginCheckArgs, PluginCommand, ProbeArgs,
+    ServerArgs, StatusArgs,
 };
 use vigil::client::{ApiClient, ClientError, status_table};
 use vigil::discovery::{self, Sources};
 use vigil::discovery_preview::preview;
-use vigil::serve::{ServeError, load_plugins, serve_with_plugins};
+use vigil::plugin_check::{CheckError, CheckSettings};
+use vigil::serve::{ServeError, credential_roots, load_plugins, serve_with_plugins};
 use vigil::store::{ClusterRecord, ClusterSource, ExistingDatabase, Store, StoreError};
 use vigil::worker::{Probed, WorkerSettings, error_chain, probe_once, wall_clock};
 use vigil_decision::{BrakeConfig, ClusterHealth, ClusterId, HealthPolicy};
@@ -25,6 +27,8 @@ const EXIT_ERROR: u8 = 1;
 const EXIT_SETTINGS: u8 = 2;
 /// Exit code of `vigil probe`: the probe ran and the outcome is not healthy.
 const EXIT_NOT_HEALTHY: u8 = 3;
+/// Exit code of `vigil plugin check`: vigil refuses the plugin.
+const EXIT_REFUSED: u8 = 4;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -75,6 +79,7 @@ fn main() -> ExitCode {
             print(&output);
             ExitCode::from(code)
         }
+        Command::Plugin(PluginCommand::Check(args)) => plugin_check(&args),
     }
 }
 
@@ -220,7 +225,11 @@ fn probe(args: &ProbeArgs) -> ExitCode {
         let elapsed = started.elapsed();
         let outcome = &probed.outcome;
         print(&match args.output {
-            OutputFormat::Table => probe_text(&found, &probed, elapsed),
+            OutputFormat::Table => {
+                probe_text(&found, &probed, elapsed)
+                    + "Nothing was recorded: --apply has the running server probe it and record \
+                       the outcome.\n"
+            }
             OutputFormat::Json => json_text(&json!({
                 "cluster": found.record.name,
                 "found_in": found.origin,
@@ -233,6 +242,99 @@ fn probe(args: &ProbeArgs) -> ExitCode {
             })),
         });
         outcome_code(outcome.label())
+    })
+}
+
+/// `vigil plugin check FILE.wasm [--cluster NAME]`.
+fn plugin_check(args: &PluginCheckArgs) -> ExitCode {
+    let home_dir = std::env::home_dir();
+    // The file is loaded from a private temporary plugin directory; the cache and
+    // credential settings are checked as `vigil serve` checks them.
+    let dir = match vigil::plugin_check::private_dir() {
+        Ok(dir) => dir,
+        Err(error) => {
+            eprintln!("error: {}", error_chain(&error));
+            return ExitCode::from(EXIT_ERROR);
+        }
+    };
+    let plugins = match args.plugin_config(dir.path(), home_dir.as_deref()) {
+        Ok(plugins) => plugins,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::from(EXIT_SETTINGS);
+        }
+    };
+    let database_path = match args.sources.database_path() {
+        Ok(path) => path,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::from(EXIT_SETTINGS);
+        }
+    };
+    let discovery_settings = args.sources.discovery_settings(home_dir);
+    // The refusal is printed below in full; the runtime's own log line would repeat it
+    // with the temporary directory's path. RUST_LOG shows more.
+    init_logging(LogFormat::Text, "error");
+    let runtime = match async_runtime() {
+        Ok(runtime) => runtime,
+        Err(code) => return code,
+    };
+    runtime.block_on(async {
+        let settings = CheckSettings {
+            cache_dir: plugins.cache_dir.clone(),
+            credential_dirs: credential_roots(&discovery_settings, &plugins.credential_dirs),
+        };
+        let checked = match vigil::plugin_check::check(&args.file, &settings, dir).await {
+            Ok(checked) => checked,
+            Err(error @ CheckError::Refused { .. }) => {
+                eprintln!("refused: {error}");
+                return ExitCode::from(EXIT_REFUSED);
+            }
+            Err(error) => {
+                eprintln!("error: {}", error_chain(&error));
+                return ExitCode::from(EXIT_ERROR);
+            }
+        };
+        print(&checked.describe());
+        let Some(name) = &args.cluster else {
+            return ExitCode::SUCCESS;
+        };
+        let database = database_path
+            .as_deref()
+            .map(|path| (args.sources.database_url.as_str(), path));
+        let found = match find_cluster(name, database, &discovery_settings).await {
+            Ok(Some(found)) => found,
+            Ok(None) => {
+                eprintln!(
+                    "error: no cluster named `{name}`: it is neither in the database nor a context of \
+                     the kubeconfig sources (see `vigil discover --dry-run`)"
+                );
+                return ExitCode::from(EXIT_ERROR);
+            }
+            Err(error) => {
+                eprintln!("error: {}", error_chain(&error));
+                return ExitCode::from(EXIT_ERROR);
+            }
+        };
+        let defaults = HealthPolicy {
+            timeout_seconds: args.timeout,
+            ..HealthPolicy::default()
+        };
+        let brake = BrakeConfig {
+            enabled: false,
+            ratio: 1.0,
+            min_failed: 1,
+            window_millis: 0,
+        };
+        let settings = WorkerSettings::new(defaults, brake, 1);
+        let started = Instant::now();
+        let probed = checked.probe(&found.record, &settings).await;
+        print(&format!(
+            "\n{}Nothing was recorded: the probe ran through {} only.\n",
+            probe_text(&found, &probed, started.elapsed()),
+            args.file.display()
+        ));
+        outcome_code(probed.outcome.label())
     })
 }
 
@@ -322,9 +424,6 @@ fn probe_text(found: &FoundCluster, probed: &Probed, elapsed: Duration) -> Strin
         text.push_str(&format!("message:  {message}\n"));
     }
     text.push_str(&format!("elapsed:  {} ms\n", elapsed.as_millis()));
-    text.push_str(
-        "Nothing was recorded: --apply has the running server probe it and record the outcome.\n",
-    );
     text
 }
 

@@ -26,8 +26,16 @@ pub fn read_file(path: &str) -> Result<SecretBytes, CredentialsError> {
     imported::read_file(path).map(SecretBytes::new)
 }
 
-/// The value of one of the cluster's credential parameters (e.g. a header's token), which
-/// vigil resolves from the reference it is stored as.
+/// The value of the cluster's parameter `name` (the cluster's own over the defaults of
+/// `NAME.toml`), e.g. a header's token.
+///
+/// A parameter given as a credential reference is resolved by vigil now: `file:///ABS/PATH`
+/// is the file's bytes (only under vigil's credential directories, else
+/// [`CredentialsError::Denied`]); `secret://NAMESPACE/NAME?key=KEY` is a key of a
+/// Kubernetes Secret. A plain parameter comes back as it is, so a plugin reads a value the
+/// same way however the operator gave it. [`CredentialsError::NotFound`] when the cluster
+/// has no such parameter. Credential references are not in [`crate::Cluster::parameters`]:
+/// a plugin asks for them by the names it documents.
 pub fn parameter(name: &str) -> Result<SecretBytes, CredentialsError> {
     imported::parameter(name).map(SecretBytes::new)
 }

@@ -58,6 +58,35 @@
 //! `NAME.toml` beside `NAME.wasm` granting the host interfaces the plugin calls
 //! (`log = true`, `credentials = true`, `http = true`): every grant is denied by default.
 //!
+//! # Getting started
+//!
+//! `examples/plugin-template` in vigil's repository is a complete plugin to copy: a crate
+//! of its own that depends on this one by path and builds with plain
+//! `cargo build --release --target wasm32-wasip2`. `PLUGINS.md` at the repository's root
+//! walks through writing, building, checking (`vigil plugin check FILE.wasm`) and
+//! installing a plugin, and lists every key of `NAME.toml`.
+//!
+//! # What a probe returns
+//!
+//! One outcome per probe, chosen by whose fault it is (the table on [`ProbePlugin`] says it
+//! in full): [`ProbeReport::healthy`]; [`ProbeReport::unhealthy`] when the cluster was
+//! contacted and answered wrongly or not at all (vigil believes it only from a call that
+//! sent a request to the cluster); [`ProbeReport::credentials_rejected`] on 401/403;
+//! [`ProbeError::not_probeable`] when the reference or its settings cannot be used (never a
+//! failure); [`ProbeError::inconclusive`] when the plugin itself could not tell. The
+//! helpers [`http::HttpError::probe_result`] and
+//! [`credentials::CredentialsError::probe_error`] pick the right one for a failed host call.
+//!
+//! # Parameters and credentials
+//!
+//! Operators set per-cluster parameters through vigil's REST API, over the defaults of the
+//! plugin's `NAME.toml`; plain ones arrive in [`Cluster::parameters`]. A parameter that is a
+//! credential is given as a reference (`file:///ABS/PATH` or
+//! `secret://NAMESPACE/NAME?key=KEY`), kept out of [`Cluster::parameters`], and read by
+//! name with [`credentials::parameter`], which vigil resolves at call time. Secrets come
+//! back as [`SecretBytes`], which never prints itself: never log them or put them in a
+//! report.
+//!
 //! # Native builds
 //!
 //! Everything compiles for the host target too, so that a plugin's pure logic (and this

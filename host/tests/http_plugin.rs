@@ -1,0 +1,641 @@
+//! The first-party `http` plugin (`plugins.d/http.wasm` with its `http.toml`, built by
+//! `scripts/build-plugins`) run by the real plugin runtime against test servers on
+//! loopback, plain HTTP and HTTPS with a private CA: every condition passes, and fails
+//! with the value seen; a credential header given as a `file:///` reference reaches the
+//! server and never the REST API nor the report.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode, header};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tower::ServiceExt;
+use vigil::api::{Access, ApiState, PluginCatalog, PluginView, Readiness, app};
+use vigil::reference::Reference;
+use vigil::runtime::{PluginRuntime, RuntimeSettings};
+use vigil::store::Store;
+use vigil::worker::{ProbeTarget, Prober, Worker};
+use vigil_decision::{ClusterId, ProbeOutcome, ReasonClass};
+use vigil_fake_kube::tls::{CertificateAuthority, provider};
+
+#[path = "support/engine.rs"]
+mod support;
+
+const TOKEN: &str = "ops-token-0123456789";
+/// The credential the header reference points at; it must never come back.
+const SECRET: &str = "Bearer s3cr3t-value-7f1c9a";
+
+/// The workspace root.
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("host/ has a parent")
+        .to_path_buf()
+}
+
+/// A plugin directory holding the installed `http.wasm` and `http.toml`.
+fn plugin_dir(dir: &Path) -> PathBuf {
+    let plugins = dir.join("plugins.d");
+    std::fs::create_dir_all(&plugins).expect("create the plugin dir");
+    for file in ["http.wasm", "http.toml"] {
+        let built = root().join("plugins.d").join(file);
+        assert!(
+            built.is_file(),
+            "{} is missing: run scripts/build-plugins",
+            built.display()
+        );
+        std::fs::copy(&built, plugins.join(file)).expect("copy the plugin");
+    }
+    plugins
+}
+
+async fn runtime(dir: &Path, credential_dirs: Vec<PathBuf>) -> PluginRuntime {
+    let (runtime, report) = PluginRuntime::load(&RuntimeSettings {
+        plugin_dir: plugin_dir(dir),
+        cache_dir: None,
+        concurrency: 4,
+        credential_dirs,
+    })
+    .await
+    .expect("the runtime starts");
+    assert!(report.refused.is_empty(), "{report:#?}");
+    assert_eq!(report.loaded[0].grants, ["log", "credentials", "http"]);
+    runtime
+}
+
+/// One request as the test server saw it.
+#[derive(Debug, Clone)]
+struct Seen {
+    method: String,
+    path: String,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Seen {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// A test server on 127.0.0.1: each path answers a fixed status and body, after a delay
+/// for `/slow`; `/secure` answers 200 only with the expected `Authorization`, and quotes
+/// it back in its body (as a careless server might).
+#[derive(Clone)]
+struct TestServer {
+    addr: SocketAddr,
+    seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+impl TestServer {
+    async fn start(tls: Option<tokio_rustls::TlsAcceptor>) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("address");
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&seen);
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let log = Arc::clone(&log);
+                let tls = tls.clone();
+                tokio::spawn(async move {
+                    match tls {
+                        Some(acceptor) => {
+                            if let Ok(stream) = acceptor.accept(stream).await {
+                                serve(stream, log).await;
+                            }
+                        }
+                        None => serve(stream, log).await,
+                    }
+                });
+            }
+        });
+        Self { addr, seen }
+    }
+
+    fn url(&self, scheme: &str, path: &str) -> String {
+        format!("{scheme}://{}{path}", self.addr)
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, log: Arc<Mutex<Vec<Seen>>>) {
+    let mut buffer = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+            break end;
+        }
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+        }
+    };
+    let head = String::from_utf8_lossy(&buffer[..head_end]).into_owned();
+    let mut lines = head.split("\r\n");
+    let mut request_line = lines.next().unwrap_or_default().split(' ');
+    let method = request_line.next().unwrap_or_default().to_owned();
+    let path = request_line.next().unwrap_or_default().to_owned();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|line| line.split_once(':'))
+        .map(|(n, v)| (n.trim().to_owned(), v.trim().to_owned()))
+        .collect();
+    let length: usize = headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0);
+    let mut body = buffer[head_end + 4..].to_vec();
+    while body.len() < length {
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => body.extend_from_slice(&chunk[..n]),
+        }
+    }
+    let seen = Seen {
+        method,
+        path: path.clone(),
+        headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    };
+    let (status, text) = match path.as_str() {
+        "/ok" => (
+            200,
+            r#"{"status":"UP","checks":[{"ok":true},{"ok":false}]}"#.to_owned(),
+        ),
+        "/down" => (503, "maintenance".to_owned()),
+        "/teapot" => (418, "short and stout".to_owned()),
+        "/login" => (401, "who are you".to_owned()),
+        "/slow" => {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            (200, "late but fine".to_owned())
+        }
+        "/post-only" if seen.method == "POST" => (201, format!("created {}", seen.body)),
+        "/post-only" => (405, "use POST".to_owned()),
+        "/secure" => match seen.header("authorization") {
+            Some(SECRET) => (200, format!("welcome, {SECRET}")),
+            _ => (401, "no".to_owned()),
+        },
+        _ => (404, "not found".to_owned()),
+    };
+    log.lock().unwrap().push(seen);
+    let response = format!(
+        "HTTP/1.1 {status} X\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
+        text.len()
+    );
+    let _ = stream.write_all(response.as_bytes()).await;
+    let _ = stream.shutdown().await;
+}
+
+/// A probe target for a health URL with `parameters`.
+fn target(url: &str, parameters: &[(&str, &str)]) -> ProbeTarget {
+    ProbeTarget {
+        cluster: ClusterId(1),
+        name: "web".to_owned(),
+        endpoint: url.to_owned(),
+        reference: Reference::parse(url).expect("reference"),
+        connection: None,
+        plugin: None,
+        timeout: Duration::from_secs(5),
+        labels: BTreeMap::new(),
+        parameters: parameters
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+    }
+}
+
+/// What a case expects: `None` healthy, or the outcome's label, class and a piece of its
+/// message (the value seen).
+type Expected<'a> = Option<(&'a str, ReasonClass, &'a str)>;
+
+async fn check(
+    runtime: &PluginRuntime,
+    url: &str,
+    parameters: &[(&str, &str)],
+    expected: Expected<'_>,
+) {
+    let outcome = runtime.probe(&target(url, parameters)).await;
+    match (expected, &outcome) {
+        (None, ProbeOutcome::Healthy) => {}
+        (Some((label, class, needle)), outcome)
+            if outcome.label() == label
+                && outcome.class() == Some(class)
+                && outcome.message().is_some_and(|m| m.contains(needle)) => {}
+        (expected, outcome) => {
+            panic!("{url} {parameters:?}: expected {expected:?}, got {outcome:?}")
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_condition_passes_and_fails_with_the_value_seen() {
+    use ReasonClass as R;
+    let temp = tempfile::tempdir().expect("tempdir");
+    let runtime = runtime(temp.path(), Vec::new()).await;
+    let server = TestServer::start(None).await;
+    let url = |path: &str| server.url("http", path);
+
+    // Status: 2xx by default; lists, ranges and classes; the class follows the status seen.
+    check(&runtime, &url("/ok"), &[], None).await;
+    check(
+        &runtime,
+        &url("/down"),
+        &[],
+        Some(("unhealthy", R::ServerError, "status 503, expected 2xx")),
+    )
+    .await;
+    check(&runtime, &url("/down"), &[("status", "200,500-503")], None).await;
+    check(
+        &runtime,
+        &url("/teapot"),
+        &[("status", "2xx,3xx")],
+        Some(("unhealthy", R::BadResponse, "status 418, expected 2xx,3xx")),
+    )
+    .await;
+    check(&runtime, &url("/teapot"), &[("status", "418")], None).await;
+    check(
+        &runtime,
+        &url("/login"),
+        &[],
+        Some(("credentials-rejected", R::Unauthorized, "status 401")),
+    )
+    .await;
+
+    // Body substring: the start of the body is quoted.
+    check(
+        &runtime,
+        &url("/ok"),
+        &[("body-contains", r#""status":"UP""#)],
+        None,
+    )
+    .await;
+    check(
+        &runtime,
+        &url("/down"),
+        &[("status", "503"), ("body-contains", "ready")],
+        Some((
+            "unhealthy",
+            R::BadResponse,
+            r#"does not contain "ready"; it starts "maintenance""#,
+        )),
+    )
+    .await;
+
+    // JSON pointer: the value seen, a missing value, a body that is not JSON.
+    check(
+        &runtime,
+        &url("/ok"),
+        &[("json-pointer", "/status"), ("json-equals", "UP")],
+        None,
+    )
+    .await;
+    check(
+        &runtime,
+        &url("/ok"),
+        &[("json-pointer", "/checks/0/ok"), ("json-equals", "true")],
+        None,
+    )
+    .await;
+    check(
+        &runtime,
+        &url("/ok"),
+        &[("json-pointer", "/checks/1/ok"), ("json-equals", "true")],
+        Some((
+            "unhealthy",
+            R::BadResponse,
+            "JSON /checks/1/ok = \"true\", saw false",
+        )),
+    )
+    .await;
+    check(
+        &runtime,
+        &url("/ok"),
+        &[("json-pointer", "/status"), ("json-equals", "DOWN")],
+        Some(("unhealthy", R::BadResponse, "saw \"UP\"")),
+    )
+    .await;
+    check(
+        &runtime,
+        &url("/ok"),
+        &[("json-pointer", "/version")],
+        Some(("unhealthy", R::BadResponse, "no value at /version")),
+    )
+    .await;
+    check(
+        &runtime,
+        &url("/teapot"),
+        &[("status", "418"), ("json-pointer", "/status")],
+        Some(("unhealthy", R::BadResponse, "saw a body that is not JSON")),
+    )
+    .await;
+
+    // Latency: the server waits 300 ms on /slow.
+    check(&runtime, &url("/slow"), &[("max-latency-ms", "5000")], None).await;
+    let outcome = runtime
+        .probe(&target(&url("/slow"), &[("max-latency-ms", "100")]))
+        .await;
+    let ProbeOutcome::Unhealthy {
+        class: R::Timeout,
+        message,
+    } = &outcome
+    else {
+        panic!("{outcome:?}");
+    };
+    let seen: u32 = message
+        .strip_prefix("latency ")
+        .and_then(|rest| rest.split_once(" ms, expected at most 100 ms"))
+        .and_then(|(ms, _)| ms.parse().ok())
+        .unwrap_or_else(|| panic!("no latency seen in {message:?}"));
+    assert!(seen >= 300, "{message}");
+
+    // Several failures: all named, the class of the first.
+    check(
+        &runtime,
+        &url("/down"),
+        &[("body-contains", "ready"), ("max-latency-ms", "60000")],
+        Some((
+            "unhealthy",
+            R::ServerError,
+            "status 503, expected 2xx; the body does not contain \"ready\"",
+        )),
+    )
+    .await;
+
+    // Method, plain header and body reach the server.
+    check(
+        &runtime,
+        &url("/post-only"),
+        &[],
+        Some(("unhealthy", R::BadResponse, "status 405")),
+    )
+    .await;
+    check(
+        &runtime,
+        &url("/post-only"),
+        &[
+            ("method", "post"),
+            ("body", "{\"probe\":1}"),
+            ("header.X-Env", "prod"),
+            ("body-contains", "created {\"probe\":1}"),
+        ],
+        None,
+    )
+    .await;
+    let posted = server
+        .seen()
+        .into_iter()
+        .rfind(|s| s.path == "/post-only")
+        .expect("seen");
+    assert_eq!(
+        (posted.method.as_str(), posted.body.as_str()),
+        ("POST", "{\"probe\":1}")
+    );
+    assert_eq!(posted.header("x-env"), Some("prod"));
+
+    // A parameter that cannot be used is named; a server that is down is refused.
+    check(
+        &runtime,
+        &url("/ok"),
+        &[("status", "fine")],
+        Some((
+            "not-probeable",
+            R::ReferenceBroken,
+            "parameter status: `fine`",
+        )),
+    )
+    .await;
+    let closed = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let closed_url = format!("http://{}/ok", closed.local_addr().expect("address"));
+    drop(closed);
+    check(
+        &runtime,
+        &closed_url,
+        &[],
+        Some(("unhealthy", R::Refused, "refused")),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_with_a_private_ca_given_inline_or_as_a_file() {
+    let ca = CertificateAuthority::generate("http-plugin-test-ca").expect("CA");
+    let leaf = ca
+        .issue_server_certificate("127.0.0.1".parse().expect("ip"))
+        .expect("leaf");
+    let config = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_no_client_auth()
+        .with_single_cert(vec![leaf.certificate_der().clone()], leaf.key_der())
+        .expect("server config");
+    let server = TestServer::start(Some(tokio_rustls::TlsAcceptor::from(Arc::new(config)))).await;
+    let temp = tempfile::tempdir().expect("tempdir");
+    let credentials = temp.path().join("credentials");
+    std::fs::create_dir_all(&credentials).expect("mkdir");
+    std::fs::write(credentials.join("ca.pem"), ca.certificate_pem()).expect("write");
+    let runtime = runtime(temp.path(), vec![credentials.clone()]).await;
+    let url = server.url("https", "/ok");
+
+    check(
+        &runtime,
+        &url,
+        &[],
+        Some(("unhealthy", ReasonClass::Tls, "TLS")),
+    )
+    .await;
+    check(&runtime, &url, &[("ca", ca.certificate_pem())], None).await;
+    let ca_file = format!("file://{}", credentials.join("ca.pem").display());
+    check(
+        &runtime,
+        &url,
+        &[
+            ("ca", ca_file.as_str()),
+            ("json-pointer", "/status"),
+            ("json-equals", "UP"),
+        ],
+        None,
+    )
+    .await;
+    // A CA file outside the credential directories is refused by the host.
+    std::fs::write(temp.path().join("elsewhere.pem"), ca.certificate_pem()).expect("write");
+    let outside = format!("file://{}", temp.path().join("elsewhere.pem").display());
+    check(
+        &runtime,
+        &url,
+        &[("ca", outside.as_str())],
+        Some(("inconclusive", ReasonClass::Denied, "parameter ca")),
+    )
+    .await;
+}
+
+struct NoCatalog;
+
+impl PluginCatalog for NoCatalog {
+    fn plugins(&self) -> Vec<PluginView> {
+        Vec::new()
+    }
+}
+
+async fn call(
+    router: &axum::Router,
+    method: Method,
+    uri: &str,
+    body: Option<Value>,
+) -> (StatusCode, String) {
+    let request = Request::builder()
+        .method(method)
+        .uri(uri)
+        .header(header::AUTHORIZATION, format!("Bearer {TOKEN}"));
+    let request = match body {
+        Some(body) => request
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(body.to_string())),
+        None => request.body(Body::empty()),
+    }
+    .expect("request");
+    let response = router.clone().oneshot(request).await.expect("response");
+    let status = response.status();
+    let bytes = response
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    (status, String::from_utf8_lossy(&bytes).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_credential_header_reference_is_sent_and_never_returned() {
+    let temp = tempfile::tempdir().expect("tempdir");
+    let credentials = temp.path().join("credentials");
+    std::fs::create_dir_all(&credentials).expect("mkdir");
+    let token_file = credentials.join("web-token");
+    std::fs::write(&token_file, format!("{SECRET}\n")).expect("write");
+    let api_key_file = credentials.join("api-key");
+    std::fs::write(&api_key_file, "k-9d2e4b71").expect("write");
+    let runtime = runtime(temp.path(), vec![credentials.clone()]).await;
+    let server = TestServer::start(None).await;
+
+    let store = Store::open_path(&temp.path().join("vigil.db"))
+        .await
+        .expect("store");
+    let settings = support::settings(60, 2);
+    let worker = Worker::new(store.clone(), runtime, settings);
+    let state = ApiState {
+        store: store.clone(),
+        prober: Arc::new(worker.on_demand()),
+        plugins: Arc::new(NoCatalog),
+        access: Access::new(Some(TOKEN), None, false).expect("access"),
+        credential_roots: vec![credentials.clone()].into(),
+        defaults: settings.defaults,
+        readiness: Arc::new(Readiness::default()),
+        metrics: None,
+        wake: worker.handle(),
+    };
+    let router = app(state);
+    let token_ref = format!("file://{}", token_file.display());
+    let key_ref = format!("file://{}", api_key_file.display());
+    let url = server.url("http", "/secure");
+    let (status, text) = call(
+        &router,
+        Method::POST,
+        "/api/v1/clusters",
+        Some(json!({
+            "name": "web",
+            "endpoint": url,
+            "kubeconfig_secret_ref": url,
+            "parameters": {
+                "header.Authorization": token_ref,
+                "header.X-Api-Key": key_ref,
+                "credential-headers": "X-Api-Key",
+                "body-contains": "welcome",
+            },
+        })),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{text}");
+    let mut texts = vec![text];
+
+    let (status, text) = call(&router, Method::POST, "/api/v1/clusters/web/probe", None).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let answer: Value = serde_json::from_str(&text).expect("json");
+    assert_eq!(answer["outcome"], "healthy", "{text}");
+    texts.push(text);
+    let seen = server.seen();
+    let secure = seen.last().expect("the server was asked");
+    assert_eq!(
+        secure.header("authorization"),
+        Some(SECRET),
+        "the resolved value is sent"
+    );
+    assert_eq!(secure.header("x-api-key"), Some("k-9d2e4b71"));
+
+    // A failing condition quotes the body, which echoes the credential: it is redacted.
+    let (status, text) = call(
+        &router,
+        Method::PATCH,
+        "/api/v1/clusters/web",
+        Some(json!({ "parameters": {
+            "header.Authorization": token_ref,
+            "header.X-Api-Key": key_ref,
+            "credential-headers": "X-Api-Key",
+            "body-contains": "goodbye",
+        }})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    texts.push(text);
+    let (status, text) = call(&router, Method::POST, "/api/v1/clusters/web/probe", None).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let answer: Value = serde_json::from_str(&text).expect("json");
+    assert_eq!(answer["outcome"], "unhealthy", "{text}");
+    assert!(
+        answer["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("it starts \"welcome, ***\"")),
+        "{text}"
+    );
+    texts.push(text);
+
+    for uri in [
+        "/api/v1/clusters/web",
+        "/api/v1/clusters",
+        "/api/v1/clusters/web/history",
+    ] {
+        let (status, text) = call(&router, Method::GET, uri, None).await;
+        assert_eq!(status, StatusCode::OK, "{uri}: {text}");
+        texts.push(text);
+    }
+    for text in &texts {
+        for secret in [SECRET, "s3cr3t-value", "k-9d2e4b71", &token_ref, &key_ref] {
+            assert!(!text.contains(secret), "{secret:?} in {text}");
+        }
+    }
+    let shown: Value = serde_json::from_str(&texts[texts.len() - 3]).expect("json");
+    assert_eq!(
+        shown["parameters"]["header.Authorization"],
+        "(credential reference)"
+    );
+    assert_eq!(shown["parameters"]["body-contains"], "goodbye");
+    let stored = store.cluster("web").await.expect("stored");
+    assert_eq!(
+        stored.parameters["header.Authorization"], token_ref,
+        "stored as the reference"
+    );
+}
