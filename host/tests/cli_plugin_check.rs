@@ -167,7 +167,7 @@ fn refused_files_are_named_with_the_engines_reason_and_exit_4() {
         (text, "is not a WebAssembly component".to_owned()),
         (
             stage(dir, "wrong-world", &built("target/test-plugins/wrong-world.wasm"), None),
-            "does not target the probe world of vigil:plugin@0.1.0".to_owned(),
+            "does not target the probe or the audit world of vigil:plugin@0.1.0".to_owned(),
         ),
         (
             stage(dir, "future-version", &built("target/test-plugins/future-version.wasm"), None),

@@ -490,6 +490,10 @@ impl PluginCatalog for NoCatalog {
     fn plugins(&self) -> Vec<PluginView> {
         Vec::new()
     }
+
+    fn reload(&self) -> vigil::api::BoxFuture<'_, Option<Result<vigil::api::ReloadView, String>>> {
+        Box::pin(async { None })
+    }
 }
 
 async fn call(
