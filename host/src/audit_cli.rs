@@ -42,7 +42,11 @@ impl AuditResult {
     pub fn exit_code(&self) -> u8 {
         if !self.problems.is_empty() {
             EXIT_UNREADABLE
-        } else if self.findings.iter().any(|f| f.severity == Severity::Blocking) {
+        } else if self
+            .findings
+            .iter()
+            .any(|f| f.severity == Severity::Blocking)
+        {
             EXIT_BLOCKING
         } else {
             EXIT_CLEAN
@@ -168,7 +172,10 @@ pub fn table(result: &AuditResult) -> String {
             .max()
             .unwrap_or(4)
             .max(4);
-        out.push_str(&format!("{:<8}  {:<code_width$}  MESSAGE\n", "SEVERITY", "CODE"));
+        out.push_str(&format!(
+            "{:<8}  {:<code_width$}  MESSAGE\n",
+            "SEVERITY", "CODE"
+        ));
         for finding in &result.findings {
             let objects: Vec<String> = finding.objects.iter().map(ToString::to_string).collect();
             out.push_str(&format!(
@@ -183,10 +190,19 @@ pub fn table(result: &AuditResult) -> String {
                 "",
                 objects.join(", ")
             ));
-            out.push_str(&format!("{:<8}  {:<code_width$}  fix: {}\n", "", "", finding.fix));
+            out.push_str(&format!(
+                "{:<8}  {:<code_width$}  fix: {}\n",
+                "", "", finding.fix
+            ));
         }
     }
-    let count = |severity| result.findings.iter().filter(|f| f.severity == severity).count();
+    let count = |severity| {
+        result
+            .findings
+            .iter()
+            .filter(|f| f.severity == severity)
+            .count()
+    };
     out.push_str(&format!(
         "{} findings ({} blocking, {} warning, {} info) in {} objects from {} inputs{}\n",
         result.findings.len(),
@@ -198,7 +214,10 @@ pub fn table(result: &AuditResult) -> String {
         if result.problems.is_empty() {
             String::new()
         } else {
-            format!("; {} unreadable (see standard error)", result.problems.len())
+            format!(
+                "; {} unreadable (see standard error)",
+                result.problems.len()
+            )
         }
     ));
     out

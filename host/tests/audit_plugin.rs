@@ -28,7 +28,10 @@ fn root() -> PathBuf {
 /// A plugin directory with the built `pdb-audit` and `manifest` as its `pdb-audit.toml`.
 fn plugin_dir(dir: &Path, manifest: &str) -> PathBuf {
     let built = root().join("plugins.d/pdb-audit.wasm");
-    assert!(built.is_file(), "pdb-audit is not built: run scripts/build-plugins");
+    assert!(
+        built.is_file(),
+        "pdb-audit is not built: run scripts/build-plugins"
+    );
     let plugins = dir.join("plugins.d");
     std::fs::create_dir_all(&plugins).expect("plugin dir");
     std::fs::copy(&built, plugins.join("pdb-audit.wasm")).expect("copy");
@@ -52,7 +55,10 @@ async fn load(plugins: &Path) -> PluginRuntime {
     .expect("the runtime starts");
     assert!(report.refused.is_empty(), "{report:#?}");
     assert_eq!(report.audits.len(), 1, "{report:#?}");
-    assert!(report.loaded.is_empty(), "an audit plugin is not a probe plugin");
+    assert!(
+        report.loaded.is_empty(),
+        "an audit plugin is not a probe plugin"
+    );
     runtime
 }
 
@@ -94,7 +100,11 @@ fn budget(spec: &str, [allowed, healthy, desired, expected]: [i64; 4]) -> String
     format!(
         "spec:\n  {spec}\n  selector: {{matchLabels: {{app: api}}}}\nstatus:\n  observedGeneration: 1\n  disruptionsAllowed: {allowed}\n  currentHealthy: {healthy}\n  desiredHealthy: {desired}\n  expectedPods: {expected}\n  conditions:\n  - {{type: DisruptionAllowed, status: \"{}\", reason: {}, lastTransitionTime: \"2025-05-02T00:00:00Z\", message: \"\"}}\n",
         if allowed > 0 { "True" } else { "False" },
-        if allowed > 0 { "SufficientPods" } else { "InsufficientPods" },
+        if allowed > 0 {
+            "SufficientPods"
+        } else {
+            "InsufficientPods"
+        },
     )
 }
 
@@ -106,7 +116,10 @@ fn clean() -> Case {
         template: CLEAN_SPREAD,
         budgets: vec![(
             "api",
-            budget("maxUnavailable: 1\n  unhealthyPodEvictionPolicy: AlwaysAllow", [1, 3, 2, 3]),
+            budget(
+                "maxUnavailable: 1\n  unhealthyPodEvictionPolicy: AlwaysAllow",
+                [1, 3, 2, 3],
+            ),
         )],
         custom_owner: false,
     }
@@ -161,47 +174,110 @@ fn cases() -> Vec<(&'static str, Case, Vec<(&'static str, FindingSeverity)>)> {
     use FindingSeverity::{Blocking, Info, Warning};
     let mut out = vec![("clean", clean(), vec![])];
     let mut c = clean();
-    c.budgets = vec![("api", budget("maxUnavailable: 0\n  unhealthyPodEvictionPolicy: AlwaysAllow", [0, 3, 3, 3]))];
-    out.push(("zero-disruptions", c, vec![(codes::ZERO_DISRUPTIONS, Blocking)]));
+    c.budgets = vec![(
+        "api",
+        budget(
+            "maxUnavailable: 0\n  unhealthyPodEvictionPolicy: AlwaysAllow",
+            [0, 3, 3, 3],
+        ),
+    )];
+    out.push((
+        "zero-disruptions",
+        c,
+        vec![(codes::ZERO_DISRUPTIONS, Blocking)],
+    ));
     let mut c = clean();
     c.budgets = vec![(
         "api",
-        budget("maxUnavailable: 1\n  unhealthyPodEvictionPolicy: AlwaysAllow", [0, 0, 0, 0])
-            .replace("{matchLabels: {app: api}}", "{matchLabels: {app: renamed}}"),
+        budget(
+            "maxUnavailable: 1\n  unhealthyPodEvictionPolicy: AlwaysAllow",
+            [0, 0, 0, 0],
+        )
+        .replace("{matchLabels: {app: api}}", "{matchLabels: {app: renamed}}"),
     )];
     out.push(("orphan", c, vec![(codes::ORPHAN, Warning)]));
     let mut c = clean();
-    let both = budget("maxUnavailable: 1\n  unhealthyPodEvictionPolicy: AlwaysAllow", [1, 3, 2, 3]);
+    let both = budget(
+        "maxUnavailable: 1\n  unhealthyPodEvictionPolicy: AlwaysAllow",
+        [1, 3, 2, 3],
+    );
     c.budgets = vec![("api", both.clone()), ("api-too", both)];
-    out.push(("multiple-budgets", c, vec![(codes::MULTIPLE_BUDGETS, Blocking)]));
+    out.push((
+        "multiple-budgets",
+        c,
+        vec![(codes::MULTIPLE_BUDGETS, Blocking)],
+    ));
     let mut c = clean();
-    c.budgets = vec![("api", budget("minAvailable: 2\n  unhealthyPodEvictionPolicy: AlwaysAllow", [1, 3, 2, 3]))];
-    out.push(("integer-min-available", c, vec![(codes::INTEGER_MIN_AVAILABLE, Warning)]));
+    c.budgets = vec![(
+        "api",
+        budget(
+            "minAvailable: 2\n  unhealthyPodEvictionPolicy: AlwaysAllow",
+            [1, 3, 2, 3],
+        ),
+    )];
+    out.push((
+        "integer-min-available",
+        c,
+        vec![(codes::INTEGER_MIN_AVAILABLE, Warning)],
+    ));
     let mut c = clean();
-    c.budgets = vec![("api", budget("maxUnavailable: 10%\n  unhealthyPodEvictionPolicy: AlwaysAllow", [1, 3, 2, 3]))];
+    c.budgets = vec![(
+        "api",
+        budget(
+            "maxUnavailable: 10%\n  unhealthyPodEvictionPolicy: AlwaysAllow",
+            [1, 3, 2, 3],
+        ),
+    )];
     out.push(("percent-rounding", c, vec![(codes::PERCENT_ROUNDING, Info)]));
     let mut c = clean();
     c.replicas = 4;
     c.ready = 3;
     c.budgets = vec![("api", budget("maxUnavailable: 2", [1, 3, 2, 4]))];
-    out.push(("unhealthy-policy", c, vec![(codes::UNHEALTHY_POLICY, Warning)]));
+    out.push((
+        "unhealthy-policy",
+        c,
+        vec![(codes::UNHEALTHY_POLICY, Warning)],
+    ));
     let mut c = clean();
     c.nodes = Some(vec![0, 0, 0]);
     out.push(("pods-per-node", c, vec![(codes::PODS_PER_NODE, Warning)]));
     let mut c = clean();
-    c.budgets = vec![("api", budget("maxUnavailable: 1\n  unhealthyPodEvictionPolicy: AlwaysAllow", [1, 3, 2, 4]))];
-    out.push(("status-mismatch", c, vec![(codes::STATUS_MISMATCH, Warning)]));
+    c.budgets = vec![(
+        "api",
+        budget(
+            "maxUnavailable: 1\n  unhealthyPodEvictionPolicy: AlwaysAllow",
+            [1, 3, 2, 4],
+        ),
+    )];
+    out.push((
+        "status-mismatch",
+        c,
+        vec![(codes::STATUS_MISMATCH, Warning)],
+    ));
     let mut c = clean();
     c.custom_owner = true;
-    c.budgets = vec![("api", budget("maxUnavailable: 1\n  unhealthyPodEvictionPolicy: AlwaysAllow", [0, 0, 0, 0]))];
+    c.budgets = vec![(
+        "api",
+        budget(
+            "maxUnavailable: 1\n  unhealthyPodEvictionPolicy: AlwaysAllow",
+            [0, 0, 0, 0],
+        ),
+    )];
     out.push((
         "uncomputable",
         c,
-        vec![(codes::ZERO_DISRUPTIONS, Blocking), (codes::UNCOMPUTABLE, Warning)],
+        vec![
+            (codes::ZERO_DISRUPTIONS, Blocking),
+            (codes::UNCOMPUTABLE, Warning),
+        ],
     ));
     let mut c = clean();
     c.template = "";
-    out.push(("no-hostname-spread", c, vec![(codes::NO_HOSTNAME_SPREAD, Warning)]));
+    out.push((
+        "no-hostname-spread",
+        c,
+        vec![(codes::NO_HOSTNAME_SPREAD, Warning)],
+    ));
     let mut c = clean();
     c.template = "      topologySpreadConstraints:
       - maxSkew: 1
@@ -217,7 +293,11 @@ fn cases() -> Vec<(&'static str, Case, Vec<(&'static str, FindingSeverity)>)> {
         matchLabelKeys: [pod-template-hash]
         nodeTaintsPolicy: Honor
 ";
-    out.push(("zone-do-not-schedule", c, vec![(codes::ZONE_DO_NOT_SCHEDULE, Warning)]));
+    out.push((
+        "zone-do-not-schedule",
+        c,
+        vec![(codes::ZONE_DO_NOT_SCHEDULE, Warning)],
+    ));
     let mut c = clean();
     c.template = "      topologySpreadConstraints:
       - maxSkew: 1
@@ -226,7 +306,11 @@ fn cases() -> Vec<(&'static str, Case, Vec<(&'static str, FindingSeverity)>)> {
         labelSelector: {matchLabels: {app: api}}
         nodeTaintsPolicy: Honor
 ";
-    out.push(("no-match-label-keys", c, vec![(codes::NO_MATCH_LABEL_KEYS, Warning)]));
+    out.push((
+        "no-match-label-keys",
+        c,
+        vec![(codes::NO_MATCH_LABEL_KEYS, Warning)],
+    ));
     let mut c = clean();
     c.template = "      topologySpreadConstraints:
       - maxSkew: 1
@@ -235,7 +319,11 @@ fn cases() -> Vec<(&'static str, Case, Vec<(&'static str, FindingSeverity)>)> {
         labelSelector: {matchLabels: {app: api}}
         matchLabelKeys: [pod-template-hash]
 ";
-    out.push(("node-taints-ignored", c, vec![(codes::NODE_TAINTS_IGNORED, Info)]));
+    out.push((
+        "node-taints-ignored",
+        c,
+        vec![(codes::NODE_TAINTS_IGNORED, Info)],
+    ));
     let mut c = clean();
     c.template = "      affinity:
         podAntiAffinity:
@@ -243,7 +331,11 @@ fn cases() -> Vec<(&'static str, Case, Vec<(&'static str, FindingSeverity)>)> {
           - labelSelector: {matchLabels: {app: api}}
             topologyKey: kubernetes.io/hostname
 ";
-    out.push(("self-anti-affinity", c, vec![(codes::SELF_ANTI_AFFINITY, Warning)]));
+    out.push((
+        "self-anti-affinity",
+        c,
+        vec![(codes::SELF_ANTI_AFFINITY, Warning)],
+    ));
     out
 }
 
@@ -306,7 +398,9 @@ async fn each_fixture_cluster_yields_exactly_its_findings() {
     .await;
     // The page size of 2 makes every list of more than two objects take several pages.
     for ((name, _, expected), mut target) in cases.iter().zip(targets) {
-        target.parameters.insert("page-size".to_owned(), "2".to_owned());
+        target
+            .parameters
+            .insert("page-size".to_owned(), "2".to_owned());
         match runtime.audit(&target, BUDGET).await {
             AuditOutcome::Report {
                 plugin,
@@ -314,8 +408,10 @@ async fn each_fixture_cluster_yields_exactly_its_findings() {
                 kinds_read,
             } => {
                 assert_eq!(plugin, "pdb-audit");
-                let got: Vec<(&str, FindingSeverity)> =
-                    findings.iter().map(|f| (f.code.as_str(), f.severity)).collect();
+                let got: Vec<(&str, FindingSeverity)> = findings
+                    .iter()
+                    .map(|f| (f.code.as_str(), f.severity))
+                    .collect();
                 assert_eq!(&got, expected, "{name}: {findings:#?}");
                 assert_eq!(
                     kinds_read,
@@ -331,7 +427,10 @@ async fn each_fixture_cluster_yields_exactly_its_findings() {
                     "{name}"
                 );
                 for finding in &findings {
-                    assert!(!finding.message.is_empty() && !finding.fix.is_empty(), "{finding:?}");
+                    assert!(
+                        !finding.message.is_empty() && !finding.fix.is_empty(),
+                        "{finding:?}"
+                    );
                     assert_eq!(
                         finding.objects.first().map(|o| o.namespace.as_deref()),
                         Some(Some("prod")),
@@ -368,7 +467,10 @@ async fn a_forbidden_pod_list_is_an_error_naming_pods() {
             assert_eq!(plugin, "pdb-audit");
             assert_eq!(kind.as_deref(), Some("pods"));
             assert_eq!(*class, ReasonClass::Unauthorized);
-            assert!(message.contains("cannot list pods") && message.contains("403"), "{message}");
+            assert!(
+                message.contains("cannot list pods") && message.contains("403"),
+                "{message}"
+            );
         }
         other => panic!("{other:?}"),
     }
@@ -396,7 +498,12 @@ async fn a_plugin_over_its_memory_cap_is_a_fault_not_a_crash() {
         assert_eq!(report.refused.len(), 1, "{report:#?}");
         return;
     }
-    let (fleet, targets) = fleet(vec![clean().yaml()], AccessPolicy::default(), &temp.path().join("kube")).await;
+    let (fleet, targets) = fleet(
+        vec![clean().yaml()],
+        AccessPolicy::default(),
+        &temp.path().join("kube"),
+    )
+    .await;
     match runtime.audit(&targets[0], BUDGET).await {
         AuditOutcome::Fault { plugin, message } => {
             assert_eq!(plugin, "pdb-audit");

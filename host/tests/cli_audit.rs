@@ -99,8 +99,7 @@ fn a_clean_helm_render_exits_zero_with_no_finding() {
     let run = audit(&["helm-clean.yaml"], false);
     assert_eq!(run.code, Some(0), "{run}");
     assert_eq!(
-        run.stdout,
-        "0 findings (0 blocking, 0 warning, 0 info) in 4 objects from 1 inputs\n",
+        run.stdout, "0 findings (0 blocking, 0 warning, 0 info) in 4 objects from 1 inputs\n",
         "{run}"
     );
     assert_eq!(run.stderr, "", "{run}");
@@ -126,10 +125,26 @@ fn blocking_budgets_exit_one_with_their_causes() {
     assert_eq!(
         findings(&run),
         vec![
-            row("blocking", "pdb-zero-disruptions", "PodDisruptionBudget/data/db"),
-            row("blocking", "pdb-zero-disruptions", "PodDisruptionBudget/shop/web"),
-            row("warning", "pdb-integer-min-available", "PodDisruptionBudget/shop/web"),
-            row("info", "pdb-unhealthy-policy", "PodDisruptionBudget/shop/web"),
+            row(
+                "blocking",
+                "pdb-zero-disruptions",
+                "PodDisruptionBudget/data/db"
+            ),
+            row(
+                "blocking",
+                "pdb-zero-disruptions",
+                "PodDisruptionBudget/shop/web"
+            ),
+            row(
+                "warning",
+                "pdb-integer-min-available",
+                "PodDisruptionBudget/shop/web"
+            ),
+            row(
+                "info",
+                "pdb-unhealthy-policy",
+                "PodDisruptionBudget/shop/web"
+            ),
         ],
         "{run}"
     );
@@ -137,7 +152,9 @@ fn blocking_budgets_exit_one_with_their_causes() {
     assert_eq!(table.code, Some(1), "{table}");
     assert!(table.stdout.starts_with("SEVERITY  CODE "), "{table}");
     assert!(
-        table.stdout.contains("budget db allows 0 disruptions: maxUnavailable is 0"),
+        table
+            .stdout
+            .contains("budget db allows 0 disruptions: maxUnavailable is 0"),
         "{table}"
     );
     assert!(
@@ -146,7 +163,10 @@ fn blocking_budgets_exit_one_with_their_causes() {
             .contains("budget web allows 0 disruptions: minAvailable 1 on a single replica"),
         "{table}"
     );
-    assert!(table.stdout.contains("fix: run 2 replicas or more"), "{table}");
+    assert!(
+        table.stdout.contains("fix: run 2 replicas or more"),
+        "{table}"
+    );
     assert!(
         table
             .stdout
@@ -226,7 +246,10 @@ fn unreadable_documents_are_named_skipped_and_exit_two() {
     );
     // The readable document is still audited.
     assert!(run.stdout.contains("pdb-orphan"), "{run}");
-    assert!(run.stdout.contains("; 2 unreadable (see standard error)"), "{run}");
+    assert!(
+        run.stdout.contains("; 2 unreadable (see standard error)"),
+        "{run}"
+    );
     // The broken Secret's value is never printed.
     assert!(!run.stdout.contains("vigil-fake-secret-value"), "{run}");
     assert!(!run.stderr.contains("vigil-fake-secret-value"), "{run}");
@@ -239,7 +262,10 @@ fn unreadable_documents_are_named_skipped_and_exit_two() {
 fn usage_errors_exit_two() {
     let missing = audit(&["no-such-file.yaml"], false);
     assert_eq!(missing.code, Some(2), "{missing}");
-    assert!(missing.stderr.contains("no-such-file.yaml: cannot be read"), "{missing}");
+    assert!(
+        missing.stderr.contains("no-such-file.yaml: cannot be read"),
+        "{missing}"
+    );
     let no_file = vigil(&["audit"], None);
     assert_eq!(no_file.code, Some(2), "{no_file}");
     let help = vigil(&["audit", "--help"], None);

@@ -283,7 +283,13 @@ impl PluginRuntime {
             material: target.connection.clone(),
             parameters: parameters(&plugin.manifest, target),
         };
-        new_store(&self.inner.engine, &self.inner.tls, parts, Some(cluster), budget)
+        new_store(
+            &self.inner.engine,
+            &self.inner.tls,
+            parts,
+            Some(cluster),
+            budget,
+        )
     }
 
     async fn audit_accepts(&self, plugin: &LoadedAudit, target: &ProbeTarget) -> bool {
@@ -434,7 +440,10 @@ fn check_report(report: types::AuditReport) -> Result<(Vec<Finding>, Vec<String>
         ));
     }
     if report.kinds_read.len() > MAX_KINDS_READ {
-        return Err(format!("{} kinds read (at most {MAX_KINDS_READ})", report.kinds_read.len()));
+        return Err(format!(
+            "{} kinds read (at most {MAX_KINDS_READ})",
+            report.kinds_read.len()
+        ));
     }
     for kind in &report.kinds_read {
         check_name("kind read", kind)?;

@@ -513,7 +513,10 @@ mod tests {
         let admin = User::admin();
         let pods = RequestAttributes::from_request("GET", "/api/v1/pods", Some("limit=500"));
         let message = authorize(&policy, &admin, &pods).expect_err("pods are forbidden");
-        assert!(message.starts_with("pods is forbidden: User \"kubernetes-admin\""), "{message}");
+        assert!(
+            message.starts_with("pods is forbidden: User \"kubernetes-admin\""),
+            "{message}"
+        );
         let nodes = RequestAttributes::from_request("GET", "/api/v1/nodes", None);
         assert!(authorize(&policy, &admin, &nodes).is_ok());
         let version = RequestAttributes::from_request("GET", "/version", None);
