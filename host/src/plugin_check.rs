@@ -11,7 +11,6 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-
 use crate::runtime::{
     Manifest, PluginRuntime, PluginSummary, Refusal, RuntimeError, RuntimeSettings,
     SUPPORTED_CONTRACT,

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use vigil::reference::{self, Reference, Resolution};
-use vigil::runtime::{AuditOutcome, FindingSeverity, PluginRuntime, RuntimeSettings};
+use vigil::runtime::{AuditOutcome, FindingSeverity, PluginRuntime, Refusal, RuntimeSettings};
 use vigil::worker::ProbeTarget;
 use vigil_decision::{ClusterId, ReasonClass};
 use vigil_drain_rules::codes;
@@ -501,6 +501,12 @@ async fn a_plugin_over_its_memory_cap_is_a_fault_not_a_crash() {
     // a crash, never a report.
     if report.audits.is_empty() {
         assert_eq!(report.refused.len(), 1, "{report:#?}");
+        match &report.refused[0].reason {
+            Refusal::Info(why) => {
+                assert!(why.to_lowercase().contains("memory"), "{report:#?}");
+            }
+            other => panic!("{other:?}"),
+        }
         return;
     }
     let (fleet, targets) = fleet(

@@ -402,7 +402,7 @@ fn audit_budget(
             severity: Severity::Blocking,
             objects: with_workloads(this.clone()),
             message: format!(
-                "budget {name} allows 0 disruptions: {}; no drain can evict its {running} running pods",
+                "budget {name} allows 0 disruptions: {}; no drain can evict its {running} running pod(s)",
                 cause.describe()
             ),
             fix: cause.fix().to_owned(),
