@@ -10,6 +10,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use vigil_decision::{BrakeConfig, HealthPolicy};
 
 use crate::discovery::DiscoverySettings;
+use crate::secrets::ManagementCluster;
 use crate::store::{redact_url, sqlite_path};
 
 /// vigil — a cluster health engine.
@@ -399,6 +400,26 @@ pub struct PluginArgs {
     /// The XDG base directory for caches, read when VIGIL_CACHE_DIR is unset.
     #[arg(long = "xdg-cache-home", env = "XDG_CACHE_HOME", hide = true)]
     pub xdg_cache_home: Option<PathBuf>,
+
+    /// The kubeconfig (its current context) of the management cluster whose Secrets hold
+    /// the kubeconfigs of `secret://` references [default: in-cluster config when vigil
+    /// runs in a pod; else `secret://` clusters are not probeable]. It takes precedence
+    /// over in-cluster config.
+    #[arg(
+        long = "management-kubeconfig",
+        env = "VIGIL_MANAGEMENT_KUBECONFIG",
+        value_name = "VIGIL_MANAGEMENT_KUBECONFIG"
+    )]
+    pub management_kubeconfig: Option<PathBuf>,
+
+    /// Set by Kubernetes in every pod: in-cluster config for the management cluster when
+    /// VIGIL_MANAGEMENT_KUBECONFIG is unset.
+    #[arg(
+        long = "kubernetes-service-host",
+        env = "KUBERNETES_SERVICE_HOST",
+        hide = true
+    )]
+    pub kubernetes_service_host: Option<String>,
 }
 
 /// The probe plugins' settings, checked.
@@ -410,6 +431,8 @@ pub struct PluginConfig {
     pub cache_dir: Option<PathBuf>,
     /// Directories (besides the kubeconfig sources) under which credential files may lie.
     pub credential_dirs: Vec<PathBuf>,
+    /// Where the Secrets of `secret://` references are read.
+    pub management: ManagementCluster,
 }
 
 impl PluginArgs {
@@ -425,6 +448,14 @@ impl PluginArgs {
                 .cloned()
                 .map(crate::discovery::absolute)
                 .collect(),
+            management: ManagementCluster::choose(
+                self.management_kubeconfig
+                    .clone()
+                    .filter(|p| !p.as_os_str().is_empty())
+                    .map(crate::discovery::absolute)
+                    .as_deref(),
+                self.kubernetes_service_host.as_deref(),
+            ),
         })
     }
 

@@ -11,6 +11,7 @@ pub mod metrics;
 pub mod reference;
 pub mod retention;
 pub mod runtime;
+pub mod secrets;
 pub mod serve;
 pub mod store;
 pub mod tls;

@@ -50,6 +50,7 @@ use self::engine::SharedEngine;
 use self::outcome::CallEnd;
 use self::sandbox::{CallCluster, CallState, KnownKubeconfigs, is_credential_reference};
 use crate::reference::Reference;
+use crate::secrets::SecretSource;
 use crate::tls::TlsClients;
 use crate::worker::{ProbeTarget, Prober};
 
@@ -104,6 +105,10 @@ pub struct RuntimeSettings {
     /// (DESIGN §3: `KUBECONFIG_PATH`'s files, `KUBECONFIG_DIR`, `VIGIL_CREDENTIAL_DIRS`).
     /// Absolute paths; empty refuses every `file:///` parameter.
     pub credential_dirs: Vec<PathBuf>,
+    /// Where the Secrets of `secret://` references and parameters are read (the
+    /// management cluster, `crate::secrets`); `None` answers every such read with how
+    /// to configure one. Only namespaces a plugin's `secret-namespaces` grants are read.
+    pub secrets: Option<Arc<dyn SecretSource>>,
 }
 
 /// Why the runtime could not start at all (a single bad plugin never is one).
@@ -251,6 +256,7 @@ struct Inner {
     tls: TlsClients,
     credential_dirs: Arc<[PathBuf]>,
     kubeconfigs: Arc<KnownKubeconfigs>,
+    secrets: Option<Arc<dyn SecretSource>>,
     engine: SharedEngine,
 }
 
@@ -325,6 +331,7 @@ impl PluginRuntime {
                 tls,
                 credential_dirs,
                 kubeconfigs: Arc::default(),
+                secrets: settings.secrets.clone(),
                 engine,
             }),
         };
@@ -534,6 +541,7 @@ struct PluginParts {
     manifest: Arc<Manifest>,
     credential_dirs: Arc<[PathBuf]>,
     kubeconfigs: Arc<KnownKubeconfigs>,
+    secrets: Option<Arc<dyn SecretSource>>,
 }
 
 fn plugin_parts(plugin: &LoadedPlugin, inner: &Inner) -> PluginParts {
@@ -542,6 +550,7 @@ fn plugin_parts(plugin: &LoadedPlugin, inner: &Inner) -> PluginParts {
         manifest: Arc::clone(&plugin.manifest),
         credential_dirs: Arc::clone(&inner.credential_dirs),
         kubeconfigs: Arc::clone(&inner.kubeconfigs),
+        secrets: inner.secrets.clone(),
     }
 }
 
@@ -561,6 +570,7 @@ fn new_store(
         cluster,
         plugin.credential_dirs,
         plugin.kubeconfigs,
+        plugin.secrets,
         tls.clone(),
         started + budget,
     );
@@ -714,6 +724,7 @@ async fn load_one(
         manifest: Arc::clone(&manifest),
         credential_dirs: Arc::from([]),
         kubeconfigs: Arc::default(),
+        secrets: None,
     };
     let mut store = new_store(engine, tls, parts, None, INFO_DEADLINE);
     let call = async {
