@@ -11,6 +11,7 @@ use vigil_decision::{BrakeConfig, HealthPolicy};
 
 use crate::discovery::DiscoverySettings;
 use crate::runtime::ProbationPolicy;
+use crate::secrets::ManagementCluster;
 use crate::store::{redact_url, sqlite_path};
 
 /// vigil — a cluster health engine.
@@ -185,6 +186,23 @@ pub struct PluginCheckArgs {
     /// The XDG base directory for caches, read when VIGIL_CACHE_DIR is unset.
     #[arg(long = "xdg-cache-home", env = "XDG_CACHE_HOME", hide = true)]
     pub xdg_cache_home: Option<PathBuf>,
+
+    /// The management cluster's kubeconfig, for `secret://` references (with --cluster),
+    /// as for `vigil serve`.
+    #[arg(
+        long = "management-kubeconfig",
+        env = "VIGIL_MANAGEMENT_KUBECONFIG",
+        value_name = "VIGIL_MANAGEMENT_KUBECONFIG"
+    )]
+    pub management_kubeconfig: Option<PathBuf>,
+
+    /// Set by Kubernetes in every pod: in-cluster config for the management cluster.
+    #[arg(
+        long = "kubernetes-service-host",
+        env = "KUBERNETES_SERVICE_HOST",
+        hide = true
+    )]
+    pub kubernetes_service_host: Option<String>,
 }
 
 impl PluginCheckArgs {
@@ -202,6 +220,8 @@ impl PluginCheckArgs {
             xdg_cache_home: self.xdg_cache_home.clone(),
             probation_probes: ProbationPolicy::default().probes,
             probation_max_inconclusive: ProbationPolicy::default().max_inconclusive_ratio,
+            management_kubeconfig: self.management_kubeconfig.clone(),
+            kubernetes_service_host: self.kubernetes_service_host.clone(),
         }
         .config(home_dir)
     }
@@ -565,6 +585,25 @@ pub struct PluginArgs {
         value_parser = parse_share
     )]
     pub probation_max_inconclusive: f64,
+    /// The kubeconfig (its current context) of the management cluster whose Secrets hold
+    /// the kubeconfigs of `secret://` references [default: in-cluster config when vigil
+    /// runs in a pod; else `secret://` clusters are not probeable]. It takes precedence
+    /// over in-cluster config.
+    #[arg(
+        long = "management-kubeconfig",
+        env = "VIGIL_MANAGEMENT_KUBECONFIG",
+        value_name = "VIGIL_MANAGEMENT_KUBECONFIG"
+    )]
+    pub management_kubeconfig: Option<PathBuf>,
+
+    /// Set by Kubernetes in every pod: in-cluster config for the management cluster when
+    /// VIGIL_MANAGEMENT_KUBECONFIG is unset.
+    #[arg(
+        long = "kubernetes-service-host",
+        env = "KUBERNETES_SERVICE_HOST",
+        hide = true
+    )]
+    pub kubernetes_service_host: Option<String>,
 }
 
 /// The probe plugins' settings, checked.
@@ -578,6 +617,8 @@ pub struct PluginConfig {
     pub credential_dirs: Vec<PathBuf>,
     /// How a replaced plugin's new generation is judged.
     pub probation: ProbationPolicy,
+    /// Where the Secrets of `secret://` references are read.
+    pub management: ManagementCluster,
 }
 
 impl PluginArgs {
@@ -597,6 +638,14 @@ impl PluginArgs {
                 probes: self.probation_probes,
                 max_inconclusive_ratio: self.probation_max_inconclusive,
             },
+            management: ManagementCluster::choose(
+                self.management_kubeconfig
+                    .clone()
+                    .filter(|p| !p.as_os_str().is_empty())
+                    .map(crate::discovery::absolute)
+                    .as_deref(),
+                self.kubernetes_service_host.as_deref(),
+            ),
         })
     }
 

@@ -15,6 +15,7 @@ pub mod plugin_watch;
 pub mod reference;
 pub mod retention;
 pub mod runtime;
+pub mod secrets;
 pub mod serve;
 pub mod store;
 pub mod tls;

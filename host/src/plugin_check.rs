@@ -25,6 +25,8 @@ pub struct CheckSettings {
     pub cache_dir: Option<PathBuf>,
     /// Where `file:///` credential parameters and file references may lie.
     pub credential_dirs: Vec<PathBuf>,
+    /// Where the Secrets of `secret://` references are read.
+    pub management: crate::secrets::ManagementCluster,
 }
 
 /// Why a check could not be made, or its verdict that the file is refused.
@@ -123,6 +125,7 @@ pub async fn check(
         cache_dir: settings.cache_dir.clone(),
         concurrency: 1,
         credential_dirs: settings.credential_dirs.clone(),
+        secrets: Some(crate::secrets::connect(&settings.management).await),
     };
     let (runtime, mut report) = PluginRuntime::load(&runtime_settings).await?;
     if let Some(refused) = report.refused.pop() {

@@ -42,6 +42,12 @@ impl SecretBytes {
         &self.0
     }
 
+    /// The secret bytes themselves, taken out (e.g. to hand them to a plugin). Never log
+    /// or store them.
+    pub fn into_exposed_secret(self) -> Vec<u8> {
+        self.0
+    }
+
     /// The number of bytes.
     pub fn len(&self) -> usize {
         self.0.len()
@@ -90,7 +96,9 @@ impl Material {
 /// What a probe needs to connect to a cluster named by a kubeconfig context.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectionMaterial {
-    /// The kubeconfig file, as referenced.
+    /// The kubeconfig file, as referenced. For a kubeconfig read from a Secret
+    /// ([`resolve_secret_kubeconfig`]), the reference's text: it names no file, and no
+    /// file is ever served for it.
     pub kubeconfig: PathBuf,
     /// The context used (the reference's, or the file's `current-context`).
     pub context: String,
@@ -230,6 +238,57 @@ fn resolve_file(
 ) -> Result<ConnectionMaterial, NotProbeable> {
     let config =
         discovery::load_kubeconfig(kubeconfig).map_err(|problem| broken(problem.to_string()))?;
+    resolve_config(&config, Origin::File(kubeconfig), context)
+}
+
+/// Where a kubeconfig being resolved was read from: the files it names are resolved
+/// against a file's directory, and refused in a Secret's kubeconfig.
+#[derive(Clone, Copy)]
+enum Origin<'a> {
+    File(&'a Path),
+    Secret,
+}
+
+/// Resolves the kubeconfig that a `secret://` reference's Secret holds, for the egress
+/// it implies: the selected context's server and TLS settings.
+///
+/// `bytes` are the Secret key's value; `context` the reference's `context=` (else the
+/// kubeconfig's `current-context`). A kubeconfig in a Secret must be self-contained:
+/// certificates, keys and tokens inline (`*-data`, `token`), since no file is served for
+/// it, so a context naming a file is `reference-broken`. The material's `kubeconfig` is
+/// `label` (the reference's text), not a file. Messages start `LABEL: ` and never quote
+/// the Secret.
+pub fn resolve_secret_kubeconfig(
+    bytes: &[u8],
+    label: &str,
+    context: Option<&str>,
+) -> Result<ConnectionMaterial, (ReasonClass, String)> {
+    let config = std::str::from_utf8(bytes)
+        .ok()
+        .and_then(|text| kube::config::Kubeconfig::from_yaml(text).ok())
+        .ok_or_else(|| {
+            (
+                ReasonClass::ReferenceBroken,
+                format!("{label}: the Secret's value is not a kubeconfig"),
+            )
+        })?;
+    resolve_config(&config, Origin::Secret, context)
+        .map(|mut material| {
+            material.kubeconfig = PathBuf::from(label);
+            material
+        })
+        .map_err(|NotProbeable { class, message }| (class, format!("{label}: {message}")))
+}
+
+fn resolve_config(
+    config: &kube::config::Kubeconfig,
+    origin: Origin<'_>,
+    context: Option<&str>,
+) -> Result<ConnectionMaterial, NotProbeable> {
+    let kubeconfig = match origin {
+        Origin::File(path) => path,
+        Origin::Secret => Path::new(""),
+    };
     let context_name = match context {
         Some(context) => context.to_owned(),
         None => config
@@ -253,7 +312,7 @@ fn resolve_file(
             ))
         })?;
     let parts =
-        discovery::context_parts(&config, named).map_err(|problem| broken(problem.to_string()))?;
+        discovery::context_parts(config, named).map_err(|problem| broken(problem.to_string()))?;
     let no_credentials = AuthInfo::default();
     let (user_name, user) = match parts.user {
         Some((name, user)) => (name, user.unwrap_or(&no_credentials)),
@@ -304,7 +363,7 @@ fn resolve_file(
     let ca = material(
         cluster.certificate_authority_data.as_deref(),
         cluster.certificate_authority.as_deref(),
-        kubeconfig,
+        origin,
         "certificate-authority",
         &cluster_owner,
     )?;
@@ -319,14 +378,14 @@ fn resolve_file(
     let client_certificate = material(
         user.client_certificate_data.as_deref(),
         user.client_certificate.as_deref(),
-        kubeconfig,
+        origin,
         "client-certificate",
         &owner,
     )?;
     let client_key = material(
         secrets.client_key_data.as_deref(),
         user.client_key.as_deref(),
-        kubeconfig,
+        origin,
         "client-key",
         &owner,
     )?;
@@ -349,11 +408,7 @@ fn resolve_file(
         user.token_file.as_deref().filter(|path| !path.is_empty()),
     ) {
         (Some(token), _) => Some(Material::Inline(SecretBytes::new(token.into_bytes()))),
-        (None, Some(path)) => {
-            let path = kubeconfig_path::resolve(kubeconfig, path);
-            check_file(&path, "tokenFile", &owner)?;
-            Some(Material::File(path))
-        }
+        (None, Some(path)) => Some(file_material(origin, path, "tokenFile", &owner)?),
         (None, None) => None,
     };
 
@@ -406,7 +461,7 @@ impl UserSecrets {
 fn material(
     data_field: Option<&str>,
     file: Option<&str>,
-    kubeconfig: &Path,
+    origin: Origin<'_>,
     field: &str,
     owner: &str,
 ) -> Result<Option<Material>, NotProbeable> {
@@ -418,13 +473,28 @@ fn material(
         })?;
         return Ok(Some(Material::Inline(SecretBytes::new(bytes))));
     }
-    match file.filter(|file| !file.is_empty()) {
-        Some(file) => {
+    file.filter(|file| !file.is_empty())
+        .map(|file| file_material(origin, file, field, owner))
+        .transpose()
+}
+
+/// A file named by a kubeconfig: resolved against a kubeconfig file's directory and
+/// checked, or refused in a Secret's kubeconfig (vigil serves no file for it).
+fn file_material(
+    origin: Origin<'_>,
+    file: &str,
+    field: &str,
+    owner: &str,
+) -> Result<Material, NotProbeable> {
+    match origin {
+        Origin::File(kubeconfig) => {
             let path = kubeconfig_path::resolve(kubeconfig, file);
             check_file(&path, field, owner)?;
-            Ok(Some(Material::File(path)))
+            Ok(Material::File(path))
         }
-        None => Ok(None),
+        Origin::Secret => Err(broken(format!(
+            "the {field} of {owner} names the file {file:?}; a kubeconfig in a Secret must be self-contained (inline *-data fields and token), vigil serves no file for it"
+        ))),
     }
 }
 

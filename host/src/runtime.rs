@@ -53,6 +53,7 @@ use self::engine::SharedEngine;
 use self::outcome::CallEnd;
 use self::sandbox::{CallCluster, CallState, KnownKubeconfigs, is_credential_reference};
 use crate::reference::Reference;
+use crate::secrets::SecretSource;
 use crate::tls::TlsClients;
 use crate::worker::{ProbeTarget, Probed, ProbedBy, Prober};
 
@@ -112,6 +113,10 @@ pub struct RuntimeSettings {
     /// (DESIGN §3: `KUBECONFIG_PATH`'s files, `KUBECONFIG_DIR`, `VIGIL_CREDENTIAL_DIRS`).
     /// Absolute paths; empty refuses every `file:///` parameter.
     pub credential_dirs: Vec<PathBuf>,
+    /// Where the Secrets of `secret://` references and parameters are read (the
+    /// management cluster, `crate::secrets`); `None` answers every such read with how
+    /// to configure one. Only namespaces a plugin's `secret-namespaces` grants are read.
+    pub secrets: Option<Arc<dyn SecretSource>>,
 }
 
 /// Why the runtime could not start at all (a single bad plugin never is one).
@@ -364,6 +369,7 @@ struct Inner {
     tls: TlsClients,
     credential_dirs: Arc<[PathBuf]>,
     kubeconfigs: Arc<KnownKubeconfigs>,
+    secrets: Option<Arc<dyn SecretSource>>,
     engine: SharedEngine,
 }
 
@@ -435,6 +441,7 @@ impl PluginRuntime {
                 tls,
                 credential_dirs,
                 kubeconfigs: Arc::default(),
+                secrets: settings.secrets.clone(),
                 engine,
             }),
         };
@@ -887,6 +894,7 @@ struct PluginParts {
     manifest: Arc<Manifest>,
     credential_dirs: Arc<[PathBuf]>,
     kubeconfigs: Arc<KnownKubeconfigs>,
+    secrets: Option<Arc<dyn SecretSource>>,
 }
 
 fn plugin_parts(plugin: &LoadedPlugin, inner: &Inner) -> PluginParts {
@@ -895,6 +903,7 @@ fn plugin_parts(plugin: &LoadedPlugin, inner: &Inner) -> PluginParts {
         manifest: Arc::clone(&plugin.manifest),
         credential_dirs: Arc::clone(&inner.credential_dirs),
         kubeconfigs: Arc::clone(&inner.kubeconfigs),
+        secrets: inner.secrets.clone(),
     }
 }
 
@@ -908,15 +917,7 @@ fn new_store(
     budget: Duration,
 ) -> Store<CallState> {
     let started = Instant::now();
-    let state = CallState::new(
-        plugin.name,
-        plugin.manifest,
-        cluster,
-        plugin.credential_dirs,
-        plugin.kubeconfigs,
-        tls.clone(),
-        started + budget,
-    );
+    let state = CallState::new(plugin, cluster, tls.clone(), started + budget);
     let mut store = Store::new(engine.engine(), state);
     store.limiter(|state| &mut state.limiter);
     let cpu_deadline = started + budget + CALL_GRACE;
@@ -1074,6 +1075,7 @@ async fn load_one(
         manifest: Arc::clone(&manifest),
         credential_dirs: Arc::from([]),
         kubeconfigs: Arc::default(),
+        secrets: None,
     };
     let mut store = new_store(engine, tls, parts, None, INFO_DEADLINE);
     let call = async {

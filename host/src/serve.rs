@@ -25,6 +25,7 @@ use crate::runtime::{
     AuditOutcome, CandidateFailure, FindingSeverity, PluginRuntime, PluginStatus, ReloadReport,
     RuntimeError, RuntimeSettings,
 };
+use crate::secrets;
 use crate::store::{
     AuditResult, DiscoveredClusterRow, Finding, ObjectRef, ProbedBy, Severity, Store, StoreError,
     UpsertSummary,
@@ -201,7 +202,8 @@ pub async fn serve_with_plugins(
 /// directory is not an error (vigil runs and reports every cluster not probeable); an
 /// unreadable one is. A refused plugin is logged with its file and reason, and the
 /// others load. Credential files may lie under the kubeconfig sources of `discovery`
-/// and the plugin settings' credential directories.
+/// and the plugin settings' credential directories; Secrets are read from the plugin
+/// settings' management cluster.
 pub async fn load_plugins(
     plugins: &PluginConfig,
     discovery: &DiscoverySettings,
@@ -220,6 +222,9 @@ pub async fn load_plugins(
         cache_dir: plugins.cache_dir.clone(),
         concurrency: u32::try_from(concurrency).unwrap_or(u32::MAX),
         credential_dirs: credential_roots(discovery, &plugins.credential_dirs),
+        // The management cluster's client, or why there is none: a broken setting makes
+        // `secret://` clusters not probeable, never stops the engine.
+        secrets: Some(secrets::connect(&plugins.management).await),
     };
     let (runtime, report) = PluginRuntime::load(&settings).await?;
     runtime.set_probation(plugins.probation);

@@ -50,6 +50,7 @@ async fn load(plugins: &Path) -> PluginRuntime {
         cache_dir: None,
         concurrency: 4,
         credential_dirs: Vec::new(),
+        secrets: None,
     })
     .await
     .expect("the runtime starts");
@@ -494,6 +495,7 @@ async fn a_plugin_over_its_memory_cap_is_a_fault_not_a_crash() {
         cache_dir: None,
         concurrency: 2,
         credential_dirs: Vec::new(),
+        secrets: None,
     })
     .await
     .expect("the runtime starts");

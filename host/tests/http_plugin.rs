@@ -62,6 +62,7 @@ async fn runtime(dir: &Path, credential_dirs: Vec<PathBuf>) -> PluginRuntime {
         cache_dir: None,
         concurrency: 4,
         credential_dirs,
+        secrets: None,
     })
     .await
     .expect("the runtime starts");

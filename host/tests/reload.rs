@@ -46,6 +46,7 @@ async fn load_cached(dir: &Path, cache_dir: Option<&Path>) -> PluginRuntime {
         cache_dir: cache_dir.map(Path::to_path_buf),
         concurrency: 4,
         credential_dirs: Vec::new(),
+        secrets: None,
     })
     .await
     .expect("the runtime starts");

@@ -78,6 +78,7 @@ async fn load_with(
         cache_dir: cache_dir.map(Path::to_path_buf),
         concurrency: 4,
         credential_dirs,
+        secrets: None,
     })
     .await
     .expect("the runtime starts")

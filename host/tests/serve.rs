@@ -310,6 +310,8 @@ fn serve_help_lists_every_setting() {
         "VIGIL_CREDENTIAL_DIRS",
         "VIGIL_PLUGIN_DIR",
         "VIGIL_CACHE_DIR",
+        "VIGIL_MANAGEMENT_KUBECONFIG",
+        "--management-kubeconfig",
     ] {
         assert!(help.contains(name), "{name} missing from --help:\n{help}");
     }

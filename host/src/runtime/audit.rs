@@ -177,6 +177,7 @@ pub(crate) async fn load(
         manifest: Arc::clone(&manifest),
         credential_dirs: Arc::from([]),
         kubeconfigs: Arc::default(),
+        secrets: None,
     };
     let mut store = new_store(engine, tls, parts, None, INFO_DEADLINE);
     let call = async {
@@ -270,12 +271,7 @@ impl PluginRuntime {
         target: &ProbeTarget,
         budget: Duration,
     ) -> wasmtime::Store<CallState> {
-        let parts = PluginParts {
-            name: Arc::clone(&plugin.name),
-            manifest: Arc::clone(&plugin.manifest),
-            credential_dirs: Arc::clone(&self.inner.credential_dirs),
-            kubeconfigs: Arc::clone(&self.inner.kubeconfigs),
-        };
+        let parts = super::plugin_parts(plugin, &self.inner);
         let cluster = CallCluster {
             endpoint: target.endpoint.clone(),
             reference: target.reference.clone(),

@@ -29,7 +29,7 @@ use wasmtime_wasi_http::{RequestOptions, WasiBody, WasiHttpHooks};
 
 use super::bindings::vigil::plugin::http;
 use super::sandbox::{CallCluster, CallRecord, CallState, MAX_CREDENTIAL_FILE_BYTES};
-use crate::reference::{Material, Reference};
+use crate::reference::{ConnectionMaterial, Material, Reference};
 use crate::tls::{self, TlsClients, TlsError, Trust};
 
 /// The largest response body handed to a plugin; a bigger one is `too-large`.
@@ -144,6 +144,21 @@ struct ClusterTls {
     insecure_skip_verify: bool,
 }
 
+impl ClusterTls {
+    /// The TLS settings of `material`'s server; `None` when its URL has no host.
+    fn of(material: &ConnectionMaterial) -> Option<Arc<Self>> {
+        let uri = material.server.parse::<Uri>().ok()?;
+        let (host, port) = host_port(&uri)?;
+        Some(Arc::new(Self {
+            host,
+            port,
+            ca: material.ca.clone(),
+            server_name: material.tls_server_name.clone(),
+            insecure_skip_verify: material.insecure_skip_tls_verify,
+        }))
+    }
+}
+
 /// What `wasi:http` futures learn after the host call that started them returned: they
 /// run in tasks of their own, apart from the store.
 #[derive(Debug, Default)]
@@ -223,17 +238,7 @@ impl Egress {
     ) -> Self {
         let cluster_tls = cluster
             .and_then(|c| c.material.as_deref())
-            .and_then(|material| {
-                let uri = material.server.parse::<Uri>().ok()?;
-                let (host, port) = host_port(&uri)?;
-                Some(Arc::new(ClusterTls {
-                    host,
-                    port,
-                    ca: material.ca.clone(),
-                    server_name: material.tls_server_name.clone(),
-                    insecure_skip_verify: material.insecure_skip_tls_verify,
-                }))
-            });
+            .and_then(ClusterTls::of);
         Self {
             plugin,
             granted,
@@ -243,6 +248,16 @@ impl Egress {
             clients,
             deadline,
             cluster_tls,
+        }
+    }
+
+    /// Material served during the call (a kubeconfig read from a Secret): its selected
+    /// server becomes a cluster destination, and `wasi:http` requests to it are verified
+    /// with its TLS settings, unless the call's cluster already had material of its own.
+    pub(crate) fn serve_material(&mut self, material: &ConnectionMaterial) {
+        self.policy.add_cluster_url(&material.server);
+        if self.cluster_tls.is_none() {
+            self.cluster_tls = ClusterTls::of(material);
         }
     }
 

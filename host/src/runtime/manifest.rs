@@ -6,6 +6,8 @@ use std::path::Path;
 
 use serde::Deserialize;
 
+use crate::reference::Reference;
+
 /// The memory cap of a plugin whose `NAME.toml` does not set `memory-mib`.
 pub const DEFAULT_MEMORY_MIB: u32 = 64;
 
@@ -30,7 +32,8 @@ pub struct Manifest {
     /// Whether the plugin may send HTTP requests.
     #[serde(default)]
     pub http: bool,
-    /// The namespaces whose Secrets `secret://` references may read.
+    /// The namespaces whose Secrets `secret://` references and credential parameters may
+    /// read (with `credentials`); none unless listed.
     #[serde(default)]
     pub secret_namespaces: Vec<String>,
     /// Extra egress hosts (`host` or `host:port`), beyond the cluster's own. A request
@@ -115,6 +118,41 @@ impl Manifest {
                 manifest.memory_mib
             ));
         }
+        for namespace in &manifest.secret_namespaces {
+            // A namespace is one a `secret://` reference can name: the reference grammar
+            // is the one rule for it.
+            let nameable = matches!(
+                Reference::parse(&format!("secret://{namespace}/name")),
+                Ok(Reference::Secret { namespace: ref parsed, .. }) if parsed == namespace
+            );
+            if !nameable {
+                return Err(format!(
+                    "secret-namespaces: {namespace:?} is not a Kubernetes namespace name"
+                ));
+            }
+        }
         Ok(manifest)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secret_namespaces_are_denied_by_default_and_must_be_namespace_names() {
+        assert!(
+            Manifest::parse("")
+                .expect("empty")
+                .secret_namespaces
+                .is_empty()
+        );
+        let granted =
+            Manifest::parse("secret-namespaces = [\"vigil\", \"team-a\"]\n").expect("valid");
+        assert_eq!(granted.secret_namespaces, ["vigil", "team-a"]);
+        for bad in ["\"\"", "\"Vigil\"", "\"a/b\"", "\"vigil \"", "\"*\""] {
+            let error = Manifest::parse(&format!("secret-namespaces = [{bad}]\n")).expect_err(bad);
+            assert!(error.contains("secret-namespaces"), "{error}");
+        }
     }
 }

@@ -16,7 +16,8 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 use super::bindings::vigil::plugin::{credentials, log, types};
 use super::egress::{Egress, EgressPolicy};
 use super::manifest::Manifest;
-use crate::reference::{ConnectionMaterial, Reference};
+use crate::reference::{self, ConnectionMaterial, Reference, SecretBytes};
+use crate::secrets::{SECRET_READ_TIMEOUT, SecretError, SecretSource};
 use crate::tls::TlsClients;
 
 /// The most bytes of guest stdout and of guest stderr kept per call.
@@ -176,6 +177,9 @@ pub(crate) struct CallState {
     credential_dirs: Arc<[PathBuf]>,
     /// Kubeconfig contents already checked, shared by every call of the runtime.
     kubeconfigs: Arc<KnownKubeconfigs>,
+    /// Where `secret://` references and parameters are read; `None` when the engine has
+    /// no management cluster.
+    secrets: Option<Arc<dyn SecretSource>>,
     /// Both HTTP doors (the contract's `http` and `wasi:http`) and what went through them.
     pub(crate) egress: Egress,
     pub(crate) deadline: Instant,
@@ -194,15 +198,19 @@ impl std::fmt::Debug for CallState {
 impl CallState {
     /// A fresh sandbox: no preopened directories, no environment, no arguments, no
     /// sockets; only stdout and stderr, captured to memory.
-    pub(crate) fn new(
-        plugin: Arc<str>,
-        manifest: Arc<Manifest>,
+    pub(super) fn new(
+        parts: super::PluginParts,
         cluster: Option<CallCluster>,
-        credential_dirs: Arc<[PathBuf]>,
-        kubeconfigs: Arc<KnownKubeconfigs>,
         clients: TlsClients,
         deadline: Instant,
     ) -> Self {
+        let super::PluginParts {
+            name: plugin,
+            manifest,
+            credential_dirs,
+            kubeconfigs,
+            secrets,
+        } = parts;
         let stdout = MemoryOutputPipe::new(MAX_GUEST_OUTPUT_BYTES);
         let stderr = MemoryOutputPipe::new(MAX_GUEST_OUTPUT_BYTES);
         let wasi = WasiCtxBuilder::new()
@@ -233,6 +241,7 @@ impl CallState {
             cluster,
             credential_dirs,
             kubeconfigs,
+            secrets,
             egress,
             deadline,
             log_lines: 0,
@@ -347,13 +356,7 @@ impl credentials::Host for CallState {
                     "the kubeconfig {path} could not be resolved"
                 )));
             }
-            // The management-cluster client that reads Secrets comes with a later
-            // change; until then a Secret is never served.
-            (Reference::Secret { .. }, _) => {
-                return Err(E::Denied(
-                    "secret:// references are not served by this version of vigil".to_owned(),
-                ));
-            }
+            (Reference::Secret { .. }, _) => return self.secret_kubeconfig().await,
             (Reference::Http { .. }, _) => {
                 return Err(E::NotFound(
                     "an http(s):// reference names no kubeconfig".to_owned(),
@@ -382,6 +385,12 @@ impl credentials::Host for CallState {
             ));
         }
         let Some(material) = self.cluster.as_ref().and_then(|c| c.material.as_ref()) else {
+            if let Some(Reference::Secret { .. }) = self.cluster.as_ref().map(|c| &c.reference) {
+                warn!(plugin = %self.plugin, path = %path, "credentials.read-file denied: a kubeconfig from a Secret names no servable file");
+                return Err(E::Denied(format!(
+                    "{path}: a kubeconfig in a Secret must be self-contained (inline *-data fields and token); vigil serves no file for it"
+                )));
+            }
             return Err(E::Denied(
                 "this cluster's reference names no files".to_owned(),
             ));
@@ -434,15 +443,146 @@ impl credentials::Host for CallState {
                 }
                 read_bounded(self.remaining(), &path).await
             }
-            // Secrets are read with the management cluster's credentials, which come with
-            // a later change; until then a Secret is never served.
-            ParameterValue::Secret => Err(E::Denied(format!(
-                "parameter {name} is a secret:// reference, which this version of vigil does not serve"
-            ))),
+            ParameterValue::Secret(text) => {
+                let Ok(Reference::Secret {
+                    namespace,
+                    name: secret,
+                    key,
+                    context: None,
+                }) = Reference::parse(text)
+                else {
+                    return Err(E::Invalid(format!(
+                        "parameter {name} is not a valid secret://NAMESPACE/NAME?key=KEY reference"
+                    )));
+                };
+                self.check_namespace(&namespace, "credentials.parameter")?;
+                let bytes = read_secret(
+                    self.secrets.clone(),
+                    self.remaining(),
+                    &namespace,
+                    &secret,
+                    &key,
+                )
+                .await?;
+                Ok(bytes.into_exposed_secret())
+            }
             ParameterValue::Invalid => Err(E::Invalid(format!(
                 "parameter {name} is not a valid file:/// reference"
             ))),
         }
+    }
+}
+
+impl CallState {
+    /// `credentials.kubeconfig` for a `secret://` reference: the Secret's key, read now
+    /// from the management cluster, if the plugin is granted the namespace and the value
+    /// parses as a kubeconfig. The server of the context the reference selects becomes
+    /// the cluster's for egress; a context that cannot be resolved (say, one naming
+    /// files) adds none, and the plugin finds the same problem in its own reading.
+    async fn secret_kubeconfig(&mut self) -> CredentialsResult {
+        use credentials::CredentialsError as E;
+        let Some(CallCluster {
+            reference:
+                reference @ Reference::Secret {
+                    namespace,
+                    name,
+                    key,
+                    context,
+                },
+            ..
+        }) = &self.cluster
+        else {
+            return Err(E::NotFound(
+                "the cluster has no secret:// reference".to_owned(),
+            ));
+        };
+        let (label, namespace, name, key, context) = (
+            reference.to_string(),
+            namespace.clone(),
+            name.clone(),
+            key.clone(),
+            context.clone(),
+        );
+        self.check_namespace(&namespace, "credentials.kubeconfig")?;
+        let bytes = read_secret(
+            self.secrets.clone(),
+            self.remaining(),
+            &namespace,
+            &name,
+            &key,
+        )
+        .await?;
+        if !self.kubeconfigs.check(bytes.expose_secret()) {
+            return Err(E::Invalid(format!(
+                "the key {key:?} of the Secret {namespace}/{name} is not a kubeconfig"
+            )));
+        }
+        match reference::resolve_secret_kubeconfig(
+            bytes.expose_secret(),
+            &label,
+            context.as_deref(),
+        ) {
+            Ok(material) => self.egress.serve_material(&material),
+            Err((_, message)) => {
+                debug!(plugin = %self.plugin, "no egress derived from the Secret's kubeconfig: {message}");
+            }
+        }
+        Ok(bytes.into_exposed_secret())
+    }
+
+    /// Whether the plugin may read Secrets of `namespace` (`secret-namespaces` in its
+    /// `NAME.toml`; none by default).
+    fn check_namespace(
+        &self,
+        namespace: &str,
+        call: &str,
+    ) -> Result<(), credentials::CredentialsError> {
+        if self
+            .manifest
+            .secret_namespaces
+            .iter()
+            .any(|granted| granted == namespace)
+        {
+            return Ok(());
+        }
+        warn!(plugin = %self.plugin, namespace, "{call} denied: the namespace is not granted");
+        Err(credentials::CredentialsError::Denied(format!(
+            "the Secrets of namespace {namespace} are not granted to this plugin (secret-namespaces in its NAME.toml)"
+        )))
+    }
+}
+
+/// Reads one key of a Secret, bounded by what is left of the call and by
+/// [`SECRET_READ_TIMEOUT`] (epochs cannot interrupt a host call). A free function for the
+/// same reason as [`read_bounded`]. Only names reach the errors, never a value.
+async fn read_secret(
+    source: Option<Arc<dyn SecretSource>>,
+    remaining: Duration,
+    namespace: &str,
+    name: &str,
+    key: &str,
+) -> Result<SecretBytes, credentials::CredentialsError> {
+    use credentials::CredentialsError as E;
+    let Some(source) = source else {
+        return Err(E::Invalid(crate::secrets::Unavailable::not_configured().0));
+    };
+    let bound = remaining.min(SECRET_READ_TIMEOUT);
+    debug!(namespace, secret = name, key, "reading a Secret key");
+    match tokio::time::timeout(bound, source.read(namespace, name, key)).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(error @ (SecretError::SecretNotFound { .. } | SecretError::KeyNotFound { .. }))) => {
+            Err(E::NotFound(error.to_string()))
+        }
+        Ok(Err(error @ SecretError::Forbidden { .. })) => Err(E::Denied(error.to_string())),
+        Ok(Err(error)) => Err(E::Invalid(error.to_string())),
+        Err(_) => Err(E::Invalid(
+            SecretError::Timeout {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                after: bound,
+            }
+            .to_string(),
+        )),
     }
 }
 
@@ -454,8 +594,9 @@ pub(crate) enum ParameterValue<'a> {
     Plain(&'a str),
     /// `file:///ABS/PATH`: the file's bytes, lexically normalised.
     File(PathBuf),
-    /// `secret://NAMESPACE/NAME?key=KEY`: a key of a Kubernetes Secret.
-    Secret,
+    /// `secret://NAMESPACE/NAME?key=KEY`: a key of a Kubernetes Secret (the text, parsed
+    /// when the plugin asks for it).
+    Secret(&'a str),
     /// A `file:` value that names no absolute local path.
     Invalid,
 }
@@ -463,7 +604,7 @@ pub(crate) enum ParameterValue<'a> {
 impl<'a> ParameterValue<'a> {
     pub(crate) fn parse(value: &'a str) -> Self {
         if value.starts_with("secret://") {
-            return Self::Secret;
+            return Self::Secret(value);
         }
         let Some(rest) = value.strip_prefix("file://") else {
             return Self::Plain(value);
@@ -650,7 +791,10 @@ mod tests {
         check("Bearer abc", ParameterValue::Plain("Bearer abc"));
         check("", ParameterValue::Plain(""));
         check("https://x/y", ParameterValue::Plain("https://x/y"));
-        check("secret://ns/name?key=token", ParameterValue::Secret);
+        check(
+            "secret://ns/name?key=token",
+            ParameterValue::Secret("secret://ns/name?key=token"),
+        );
         check(
             "file:///etc/vigil/token",
             ParameterValue::File("/etc/vigil/token".into()),

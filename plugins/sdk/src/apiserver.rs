@@ -1,18 +1,131 @@
-//! Requests to a Kubernetes API server, authenticated as a kubeconfig selection says.
+//! Requests to a Kubernetes API server, authenticated as a kubeconfig selection says, and
+//! the health check that vigil's first-party kubeconfig plugins make ([`probe_kubeconfig`]).
 
 use std::fmt;
 
 use crate::credentials::{self, CredentialsError};
 use crate::http::{self, HttpError, Request, Response, TlsOptions};
-use crate::kubeconfig::{Material, Selection};
-use crate::{ProbeError, ReasonClass, SecretBytes};
+use crate::kubeconfig::{Material, Selection, select};
+use crate::{ProbeError, ProbeReport, ReasonClass, SecretBytes};
+
+/// The health check: list namespaces, at most one (the ADR's probe).
+pub const HEALTH_PATH: &str = "/api/v1/namespaces?limit=1";
+
+/// The longest piece of an API server's error message quoted in a report or kept in a
+/// [`ListError`], in characters.
+const MAX_QUOTED_CHARS: usize = 200;
+
+/// Probes the API server of a kubeconfig as vigil's first-party plugins do: selects
+/// `context` (else the kubeconfig's `current-context`) exactly as vigil's host does, reads
+/// the files the context names with `read_file` (normally [`credentials::read_file`]), and
+/// sends one `GET {server}/api/v1/namespaces?limit=1` with the context's TLS material and
+/// bearer token; the answer becomes the probe's result by [`health_outcome`].
+///
+/// `source` names the kubeconfig at the start of every message about it, e.g.
+/// `kubeconfig /etc/kube/config` (`kubeconfig /etc/kube/config: context "x" not found in
+/// the kubeconfig`). A context, user or file that cannot be used makes the cluster not
+/// probeable (`reference-broken`, or `exec-credentials` for credential plugins).
+pub fn probe_kubeconfig(
+    kubeconfig: &SecretBytes,
+    context: Option<&str>,
+    source: &str,
+    read_file: impl FnMut(&str) -> Result<SecretBytes, CredentialsError>,
+) -> Result<ProbeReport, ProbeError> {
+    let selection = select(kubeconfig.expose_secret(), context)
+        .map_err(|error| ProbeError::not_probeable(error.class(), format!("{source}: {error}")))?;
+    let server =
+        ApiServer::connect_with(&selection, read_file).map_err(|error| prefixed(error, source))?;
+    crate::debug!(
+        "GET {}{HEALTH_PATH} (context {:?})",
+        server.base_url(),
+        selection.context
+    );
+    health_outcome(server.get(HEALTH_PATH, None))
+}
+
+/// A failure's message with `source: ` in front.
+fn prefixed(error: ProbeError, source: &str) -> ProbeError {
+    match error {
+        ProbeError::NotProbeable(mut failure) => {
+            failure.message = format!("{source}: {}", failure.message);
+            ProbeError::NotProbeable(failure)
+        }
+        ProbeError::Inconclusive(mut failure) => {
+            failure.message = format!("{source}: {}", failure.message);
+            ProbeError::Inconclusive(failure)
+        }
+    }
+}
+
+/// The result of the health check ([`HEALTH_PATH`]) from its answer:
+///
+/// | what happened | outcome |
+/// |---|---|
+/// | 200 | healthy, with the request's latency |
+/// | 401, 403 | credentials-rejected (`unauthorized`) |
+/// | 5xx | unhealthy `server-error` |
+/// | any other status | unhealthy `bad-response` |
+/// | timeout, refused, TLS, DNS | unhealthy with that class |
+/// | anything else on the wire, oversized body | unhealthy `bad-response` |
+/// | request denied by vigil | inconclusive `denied` |
+///
+/// A Kubernetes `Status` body's message is quoted (one line, cut short), and the status is
+/// a detail of the report.
+pub fn health_outcome(result: Result<Response, HttpError>) -> Result<ProbeReport, ProbeError> {
+    let response = match result {
+        Ok(response) => response,
+        Err(error) => return error.probe_result(),
+    };
+    let status = response.status;
+    let latency = response.latency_ms;
+    let report = match status {
+        200 => ProbeReport::healthy(latency),
+        401 | 403 => ProbeReport::credentials_rejected(
+            format!(
+                "the API server refused the credentials ({status}){}",
+                server_says(&response)
+            ),
+            latency,
+        ),
+        500..=599 => ProbeReport::unhealthy(
+            ReasonClass::ServerError,
+            format!("the API server answered {status}{}", server_says(&response)),
+            latency,
+        ),
+        _ => ProbeReport::unhealthy(
+            ReasonClass::BadResponse,
+            format!(
+                "listing namespaces answered {status}, not 200{}",
+                server_says(&response)
+            ),
+            latency,
+        ),
+    };
+    Ok(report.with_detail("status", status.to_string()))
+}
+
+/// `: MESSAGE` from a Kubernetes `Status` body, when the response carries one: it says why
+/// (`Unauthorized`, `etcdserver: request timed out`, …). Empty otherwise.
+fn server_says(response: &Response) -> String {
+    serde_json::from_slice::<serde_json::Value>(&response.body)
+        .ok()
+        .as_ref()
+        .and_then(|status| status.get("message"))
+        .and_then(serde_json::Value::as_str)
+        .map(|message| {
+            let one_line: String = message
+                .chars()
+                .map(|c| if c.is_control() { ' ' } else { c })
+                .take(MAX_QUOTED_CHARS)
+                .collect();
+            format!(": {one_line}")
+        })
+        .unwrap_or_default()
+}
 
 /// The page size [`ApiServer::list`] asks for when given none: what `kubectl` uses for its
 /// own paged lists.
 pub const DEFAULT_PAGE_SIZE: u32 = 500;
-
-/// The longest piece of an API server's error message kept in a [`ListError`], in characters.
-const MAX_QUOTED_CHARS: usize = 200;
 
 /// Why a list could not be read completely.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -344,8 +457,7 @@ fn bearer_token(token: &SecretBytes, selection: &Selection) -> Result<String, Pr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::Response;
-    use crate::kubeconfig::select;
+    use crate::Verdict;
 
     const PEM: &[u8] = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
 
@@ -508,6 +620,126 @@ mod tests {
         assert_eq!(
             class(connect(https, "", "tokenFile: empty-token")),
             (true, ReasonClass::ReferenceBroken)
+        );
+    }
+
+    fn response(status: u16, body: &str) -> Result<Response, HttpError> {
+        Ok(Response {
+            status,
+            headers: Vec::new(),
+            body: body.as_bytes().to_vec(),
+            latency_ms: 12,
+        })
+    }
+
+    /// Checks a result's outcome: `Ok((verdict, reason))` or `Err(is_inconclusive, class)`.
+    fn check_health(
+        result: Result<Response, HttpError>,
+        expected: Result<(Verdict, Option<ReasonClass>), (bool, ReasonClass)>,
+    ) -> String {
+        match (health_outcome(result), expected) {
+            (Ok(report), Ok((verdict, reason))) => {
+                assert_eq!((report.verdict, report.reason), (verdict, reason));
+                report.message
+            }
+            (Err(ProbeError::Inconclusive(failure)), Err((true, class)))
+            | (Err(ProbeError::NotProbeable(failure)), Err((false, class))) => {
+                assert_eq!(failure.class, class);
+                failure.message
+            }
+            (got, expected) => panic!("got {got:?}, expected {expected:?}"),
+        }
+    }
+
+    #[test]
+    fn statuses_and_errors_map_to_the_designs_outcomes() {
+        use ReasonClass as R;
+        use Verdict as V;
+        check_health(response(200, "{}"), Ok((V::Healthy, None)));
+        check_health(
+            response(401, ""),
+            Ok((V::CredentialsRejected, Some(R::Unauthorized))),
+        );
+        check_health(
+            response(403, ""),
+            Ok((V::CredentialsRejected, Some(R::Unauthorized))),
+        );
+        check_health(response(500, ""), Ok((V::Unhealthy, Some(R::ServerError))));
+        check_health(response(503, ""), Ok((V::Unhealthy, Some(R::ServerError))));
+        check_health(response(404, ""), Ok((V::Unhealthy, Some(R::BadResponse))));
+        check_health(response(204, ""), Ok((V::Unhealthy, Some(R::BadResponse))));
+        check_health(
+            Err(HttpError::Timeout),
+            Ok((V::Unhealthy, Some(R::Timeout))),
+        );
+        check_health(
+            Err(HttpError::Refused("x".into())),
+            Ok((V::Unhealthy, Some(R::Refused))),
+        );
+        check_health(
+            Err(HttpError::Tls("x".into())),
+            Ok((V::Unhealthy, Some(R::Tls))),
+        );
+        check_health(
+            Err(HttpError::Dns("x".into())),
+            Ok((V::Unhealthy, Some(R::Dns))),
+        );
+        check_health(
+            Err(HttpError::Protocol("x".into())),
+            Ok((V::Unhealthy, Some(R::BadResponse))),
+        );
+        check_health(Err(HttpError::Denied("x".into())), Err((true, R::Denied)));
+    }
+
+    #[test]
+    fn a_kubernetes_status_message_is_quoted_on_one_line() {
+        let message = check_health(
+            response(
+                403,
+                r#"{"kind":"Status","message":"namespaces is forbidden:\nUser \"x\""}"#,
+            ),
+            Ok((
+                Verdict::CredentialsRejected,
+                Some(ReasonClass::Unauthorized),
+            )),
+        );
+        assert_eq!(
+            message,
+            "the API server refused the credentials (403): namespaces is forbidden: User \"x\""
+        );
+        let long = format!(r#"{{"message":"{}"}}"#, "m".repeat(1000));
+        let message = check_health(
+            response(500, &long),
+            Ok((Verdict::Unhealthy, Some(ReasonClass::ServerError))),
+        );
+        assert!(message.len() < 300, "{message}");
+    }
+
+    #[test]
+    fn kubeconfig_problems_name_the_source_before_the_health_check() {
+        let not_probeable = |result: Result<ProbeReport, ProbeError>| match result {
+            Err(ProbeError::NotProbeable(failure)) => failure,
+            other => panic!("expected not-probeable, got {other:?}"),
+        };
+        let bytes = SecretBytes::new(kubeconfig(
+            "https://127.0.0.1:6443",
+            "certificate-authority: gone",
+            "",
+        ));
+        let failure = not_probeable(probe_kubeconfig(&bytes, None, "the source", files));
+        assert_eq!(failure.class, ReasonClass::ReferenceBroken);
+        assert!(
+            failure
+                .message
+                .starts_with("the source: the certificate-authority file gone"),
+            "{}",
+            failure.message
+        );
+        let failure = not_probeable(probe_kubeconfig(&bytes, Some("other"), "the source", files));
+        assert!(
+            failure.message.starts_with("the source: context"),
+            "{}",
+            failure.message
         );
     }
 }

@@ -143,6 +143,7 @@ async fn load(plugins: &Path, cache: Option<&Path>) -> Result<(PluginRuntime, Du
         cache_dir: cache.map(Path::to_path_buf),
         concurrency: 4,
         credential_dirs: Vec::new(),
+        secrets: None,
     })
     .await
     .map_err(|e| e.to_string())?;
