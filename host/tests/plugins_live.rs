@@ -15,7 +15,7 @@ use vigil::client::ApiClient;
 use vigil::store::{ClusterRecord, Store};
 use vigil::worker::wall_clock;
 use vigil_decision::{AppStatus, ClusterStatus, ConditionType};
-use vigil_fake_kube::{AddressPlan, Fleet, KubeconfigOptions};
+use vigil_fake_kube::{AddressPlan, Fixtures, Fleet, KubeconfigOptions, KubeconfigShape};
 
 #[path = "support/plugins.rs"]
 mod plugins;
@@ -57,8 +57,19 @@ fn tail(path: &Path) -> String {
 
 impl Vigil {
     async fn start(dir: &Path, kubeconfigs: &Path, plugin_dir: &Path) -> Self {
+        Self::start_with(dir, kubeconfigs, plugin_dir, &[]).await
+    }
+
+    async fn start_with(
+        dir: &Path,
+        kubeconfigs: &Path,
+        plugin_dir: &Path,
+        env: &[(&str, &str)],
+    ) -> Self {
         let log = dir.join("vigil.log");
-        let mut child = vigil(dir)
+        let mut command = vigil(dir);
+        command.envs(env.iter().copied());
+        let mut child = command
             .arg("serve")
             .env("KUBECONFIG_DIR", kubeconfigs)
             .env("VIGIL_PLUGIN_DIR", plugin_dir)
@@ -390,6 +401,184 @@ async fn the_plugin_directory_is_live() {
     }
     let apps = vigil.store.apps_on(&names[0]).await.unwrap();
     assert_eq!(apps[0].status, AppStatus::Deployed);
+
+    vigil.store.close().await;
+    let mut child = vigil.child;
+    sigterm(&child);
+    let status = wait_exit(&mut child, Duration::from_secs(15));
+    assert!(status.success(), "exit {status:?}\n{}", tail(&vigil.log));
+}
+
+/// `POST path` with a JSON body to vigil's API (no token: loopback, no token set).
+async fn post(api: &ApiClient, path: &str, body: &Value) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let authority = api.url().trim_start_matches("http://").to_owned();
+    let mut stream = tokio::net::TcpStream::connect(&authority).await.unwrap();
+    let body = body.to_string();
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.unwrap();
+    let status = answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0);
+    (status, answer)
+}
+
+/// The drop-in promise (DESIGN §4): a cluster no plugin can probe becomes probeable when the right
+/// plugin file is dropped into the directory of a running vigil.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_kube_secret_in_makes_a_secret_cluster_probeable_without_restart() {
+    let fleet = Fleet::builder()
+        .clusters(2)
+        .addresses(AddressPlan::Auto)
+        .start()
+        .await
+        .expect("fleet");
+    let [management, target] = fleet.clusters() else {
+        panic!("two clusters");
+    };
+    let temp = tempfile::tempdir().unwrap();
+    let secret = |key: &str, value: &str| {
+        std::collections::BTreeMap::from([(key.to_owned(), value.as_bytes().to_vec())])
+    };
+    let kubeconfig = target.kubeconfig(KubeconfigShape::Embedded).unwrap();
+    let mut fixtures = Fixtures::empty();
+    fixtures.insert_secret("vigil", "remote", secret("kubeconfig", &kubeconfig));
+    fixtures.insert_secret(
+        "vigil",
+        "bad",
+        secret("kubeconfig", "clusters: {not: a list}\n"),
+    );
+    fixtures.insert_secret("other", "remote", secret("kubeconfig", &kubeconfig));
+    management.set_fixtures(fixtures);
+    let management_file = temp.path().join("management.yaml");
+    std::fs::write(
+        &management_file,
+        management.kubeconfig(KubeconfigShape::Token).unwrap(),
+    )
+    .unwrap();
+
+    // No discovered cluster; the plugin directory holds the kubeconfig-file plugin only.
+    let kubeconfigs = temp.path().join("kube");
+    std::fs::create_dir_all(&kubeconfigs).unwrap();
+    let plugin_dir = temp.path().join("plugins.d");
+    std::fs::create_dir_all(&plugin_dir).unwrap();
+    install(
+        &plugin_dir.join("kubeconfig-file.wasm"),
+        &std::fs::read(plugin_file("kubeconfig-file")).unwrap(),
+    );
+    std::fs::write(plugin_dir.join("kubeconfig-file.toml"), GRANTS).unwrap();
+    let management_path = management_file.display().to_string();
+    let vigil = Vigil::start_with(
+        temp.path(),
+        &kubeconfigs,
+        &plugin_dir,
+        &[("VIGIL_MANAGEMENT_KUBECONFIG", management_path.as_str())],
+    )
+    .await;
+
+    for (name, reference) in [
+        ("remote", "secret://vigil/remote?key=kubeconfig"),
+        ("broken", "secret://vigil/bad"),
+        ("elsewhere", "secret://other/remote"),
+    ] {
+        let (status, answer) = post(
+            &vigil.api,
+            "/api/v1/clusters",
+            &serde_json::json!({
+                "name": name,
+                "endpoint": target.server_url(),
+                "kubeconfig_secret_ref": reference,
+            }),
+        )
+        .await;
+        assert_eq!(status, 201, "{answer}");
+    }
+    let now = wall_clock();
+    vigil
+        .store
+        .register_app("shop", "broken", AppStatus::Deployed, now)
+        .await
+        .unwrap();
+    let remote = vigil.next_probe("remote").await;
+    assert_eq!(remote.health.status, ClusterStatus::Unknown);
+    assert_eq!(remote.last_outcome.as_deref(), Some("not-probeable"));
+    assert_eq!(remote.last_reason_class.as_deref(), Some("no-plugin"));
+    assert!(target.log().entries_for("/api/v1/namespaces").is_empty());
+
+    // Dropped in, with a grant for the namespace `vigil` only.
+    std::fs::write(
+        plugin_dir.join("kube-secret.toml"),
+        format!("{GRANTS}secret-namespaces = [\"vigil\"]\n"),
+    )
+    .unwrap();
+    install(
+        &plugin_dir.join("kube-secret.wasm"),
+        &std::fs::read(plugin_file("kube-secret")).unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while vigil.cluster("remote").await.health.status != ClusterStatus::Online {
+        assert!(
+            Instant::now() < deadline,
+            "remote never ONLINE:\n{}",
+            tail(&vigil.log)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let remote = vigil.cluster("remote").await;
+    assert_eq!(
+        remote.last_probed_by.as_ref().map(|b| b.plugin.as_str()),
+        Some("kube-secret")
+    );
+    assert!(
+        !target.log().entries_for("/api/v1/namespaces").is_empty(),
+        "probed through the kubeconfig held by the Secret"
+    );
+    assert!(
+        !management
+            .log()
+            .entries_for("/api/v1/namespaces/vigil/secrets/remote")
+            .is_empty()
+    );
+
+    // A Secret holding a bad kubeconfig: reference-broken, status kept, nothing degraded.
+    let broken = vigil.next_probe("broken").await;
+    let broken = if broken.last_probed_by.is_none() {
+        vigil.next_probe("broken").await
+    } else {
+        broken
+    };
+    assert_eq!(
+        broken.last_outcome.as_deref(),
+        Some("not-probeable"),
+        "{broken:?}"
+    );
+    assert_eq!(
+        broken.last_reason_class.as_deref(),
+        Some("reference-broken")
+    );
+    assert_eq!(broken.health.status, ClusterStatus::Unknown);
+    assert_eq!(
+        vigil.store.apps_on("broken").await.unwrap()[0].status,
+        AppStatus::Deployed
+    );
+    // A namespace the plugin is not granted: refused, never read, never a failure.
+    let elsewhere = vigil.next_probe("elsewhere").await;
+    assert_eq!(elsewhere.last_outcome.as_deref(), Some("inconclusive"));
+    assert_eq!(elsewhere.last_reason_class.as_deref(), Some("denied"));
+    assert_eq!(elsewhere.health.status, ClusterStatus::Unknown);
+    assert!(
+        management
+            .log()
+            .entries_for("/api/v1/namespaces/other/secrets/remote")
+            .is_empty()
+    );
 
     vigil.store.close().await;
     let mut child = vigil.child;
