@@ -22,17 +22,25 @@ const TOKEN: &str = "cli-test-token-0123456789abcdef";
 /// A token the server does not know.
 const WRONG_TOKEN: &str = "wrong-token-fedcba9876543210";
 
-fn plugin_dir() -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+/// A plugin directory in `dir` holding the built `kubeconfig-file` plugin alone: the tests
+/// count the requests a fake server gets, and an audit plugin would add its own.
+fn plugin_dir(dir: &Path) -> PathBuf {
+    let built = Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .unwrap()
         .join("plugins.d");
     assert!(
-        dir.join("kubeconfig-file.wasm").is_file() && dir.join("kubeconfig-file.toml").is_file(),
+        built.join("kubeconfig-file.wasm").is_file()
+            && built.join("kubeconfig-file.toml").is_file(),
         "{}/kubeconfig-file.wasm (and .toml) are missing: run scripts/build-plugins",
-        dir.display()
+        built.display()
     );
-    dir
+    let plugins = dir.join("plugins.d");
+    std::fs::create_dir_all(&plugins).unwrap();
+    for file in ["kubeconfig-file.wasm", "kubeconfig-file.toml"] {
+        std::fs::copy(built.join(file), plugins.join(file)).unwrap();
+    }
+    plugins
 }
 
 /// A loopback port nobody listens on (bound, read and released).
@@ -94,7 +102,7 @@ impl Setup {
         let mut server = vigil(dir)
             .arg("serve")
             .env("KUBECONFIG_DIR", kubeconfigs)
-            .env("VIGIL_PLUGIN_DIR", plugin_dir())
+            .env("VIGIL_PLUGIN_DIR", plugin_dir(dir))
             .env("VIGIL_CACHE_DIR", cache_dir())
             // A port of its own, read back from the log.
             .env("VIGIL_LISTEN", "127.0.0.1:0")
@@ -126,7 +134,7 @@ impl Setup {
             .args(args)
             .env("VIGIL_SERVER", &self.url)
             .env("KUBECONFIG_DIR", &self.kubeconfigs)
-            .env("VIGIL_PLUGIN_DIR", plugin_dir())
+            .env("VIGIL_PLUGIN_DIR", self.dir.join("plugins.d"))
             .env("VIGIL_CACHE_DIR", cache_dir())
             .env("CLUSTER_HEALTH_TIMEOUT", "2");
         if let Some(token) = token {

@@ -36,17 +36,26 @@ const NAMESPACES: &str = "/api/v1/namespaces";
 const TRACE: &str = "trace,cranelift_codegen=info,cranelift_frontend=info,\
                      cranelift_entity=info,wasmtime_internal_cranelift=info,regalloc2=info";
 
-fn plugin_dir() -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+/// A plugin directory in `dir` holding the built `kubeconfig-file` plugin alone: the
+/// tests count every request the fake servers get, and other first-party plugins (an
+/// audit plugin) would add their own.
+fn plugin_dir(dir: &Path) -> PathBuf {
+    let built = Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .unwrap()
         .join("plugins.d");
     assert!(
-        dir.join("kubeconfig-file.wasm").is_file() && dir.join("kubeconfig-file.toml").is_file(),
+        built.join("kubeconfig-file.wasm").is_file()
+            && built.join("kubeconfig-file.toml").is_file(),
         "{}/kubeconfig-file.wasm (and .toml) are missing: run scripts/build-plugins",
-        dir.display()
+        built.display()
     );
-    dir
+    let plugins = dir.join("plugins.d");
+    std::fs::create_dir_all(&plugins).unwrap();
+    for file in ["kubeconfig-file.wasm", "kubeconfig-file.toml"] {
+        std::fs::copy(built.join(file), plugins.join(file)).unwrap();
+    }
+    plugins
 }
 
 /// A running `vigil serve` with its own database, cache and log file.
@@ -72,7 +81,7 @@ impl Vigil {
         let mut child = command
             .arg("serve")
             .env("KUBECONFIG_DIR", kubeconfigs)
-            .env("VIGIL_PLUGIN_DIR", plugin_dir())
+            .env("VIGIL_PLUGIN_DIR", plugin_dir(dir))
             // Shared by the tests of this file (the cache is safe to share): the plugin
             // is compiled once per build of it, not once per test.
             .env(
