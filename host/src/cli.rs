@@ -124,9 +124,10 @@ pub enum PluginCommand {
     /// Check a plugin file as vigil would load it: `vigil plugin check FILE.wasm`.
     ///
     /// Loads FILE.wasm exactly as `vigil serve` loads a file of its plugin
-    /// directory — it must be a WebAssembly component targeting the probe world of
-    /// a contract version this vigil runs, with a valid NAME.toml beside it (none
-    /// means every grant denied), and it must answer info() within its deadline —
+    /// directory — it must be a WebAssembly component targeting the probe or the
+    /// audit world of a contract version this vigil runs, with a valid NAME.toml
+    /// beside it (none means every grant denied), and it must answer info() within
+    /// its deadline —
     /// then prints what the plugin says it is (name, version, schemes, description)
     /// and what its NAME.toml grants. A refused file is named with the exact reason.
     /// Nothing is installed: the plugin directory is not touched.
