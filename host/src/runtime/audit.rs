@@ -8,7 +8,6 @@
 //! audit that could not read a kind is an [`AuditOutcome::Failed`], after which the caller
 //! keeps the cluster's previous findings (DESIGN §4).
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,10 +25,10 @@ use super::cache::CacheStatus;
 use super::engine::SharedEngine;
 use super::manifest::Manifest;
 use super::outcome::MAX_MESSAGE_BYTES;
-use super::sandbox::{CallCluster, CallState, is_credential_reference};
+use super::sandbox::CallState;
 use super::{
     ACCEPTS_DEADLINE, CALL_GRACE, INFO_DEADLINE, LoadedPlugin, PluginParts, PluginRuntime,
-    PluginSummary, Refusal, WorldPre, new_store,
+    PluginSummary, Refusal, WorldPre, call_cluster, new_store, wire_cluster,
 };
 use crate::tls::TlsClients;
 use crate::worker::ProbeTarget;
@@ -265,31 +264,10 @@ impl PluginRuntime {
         .await
     }
 
-    fn audit_store(
-        &self,
-        plugin: &LoadedPlugin,
-        target: &ProbeTarget,
-        budget: Duration,
-    ) -> wasmtime::Store<CallState> {
-        let parts = super::plugin_parts(plugin, &self.inner);
-        let cluster = CallCluster {
-            endpoint: target.endpoint.clone(),
-            reference: target.reference.clone(),
-            material: target.connection.clone(),
-            parameters: parameters(&plugin.manifest, target),
-        };
-        new_store(
-            &self.inner.engine,
-            &self.inner.tls,
-            parts,
-            Some(cluster),
-            budget,
-        )
-    }
-
     async fn audit_accepts(&self, plugin: &LoadedPlugin, target: &ProbeTarget) -> bool {
-        let cluster = wire_cluster(&plugin.manifest, target);
-        let mut store = self.audit_store(plugin, target, ACCEPTS_DEADLINE);
+        let cluster = wire_cluster(plugin, target);
+        let mut store =
+            self.new_store(plugin, Some(call_cluster(plugin, target)), ACCEPTS_DEADLINE);
         let call = async {
             let WorldPre::Audit(pre) = &plugin.pre else {
                 return Ok(false);
@@ -321,8 +299,8 @@ impl PluginRuntime {
         target: &ProbeTarget,
         budget: Duration,
     ) -> AuditOutcome {
-        let cluster = wire_cluster(&plugin.manifest, target);
-        let mut store = self.audit_store(plugin, target, budget);
+        let cluster = wire_cluster(plugin, target);
+        let mut store = self.new_store(plugin, Some(call_cluster(plugin, target)), budget);
         let call = async {
             let WorldPre::Audit(pre) = &plugin.pre else {
                 return Err(wasmtime::Error::msg(format!(
@@ -403,36 +381,6 @@ impl PluginRuntime {
             AuditOutcome::NoPlugin { .. } => {}
         }
         outcome
-    }
-}
-
-/// The plugin's parameters for `target`: the manifest's defaults under the cluster's own.
-fn parameters(manifest: &Manifest, target: &ProbeTarget) -> BTreeMap<String, String> {
-    let mut merged = manifest.parameters.clone();
-    merged.extend(
-        target
-            .parameters
-            .iter()
-            .map(|(name, value)| (name.clone(), value.clone())),
-    );
-    merged
-}
-
-/// The cluster as the contract shows it; credential references stay out.
-fn wire_cluster(manifest: &Manifest, target: &ProbeTarget) -> types::Cluster {
-    types::Cluster {
-        name: target.name.clone(),
-        endpoint: target.endpoint.clone(),
-        reference: target.reference.to_string(),
-        labels: target
-            .labels
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect(),
-        parameters: parameters(manifest, target)
-            .into_iter()
-            .filter(|(_, value)| !is_credential_reference(value))
-            .collect(),
     }
 }
 
