@@ -12,6 +12,8 @@ use vigil::store::Store;
 use vigil_fake_kube::kubeconfig::write_kubeconfigs;
 use vigil_fake_kube::{AddressPlan, Fleet, KubeconfigOptions, ShapePlan};
 
+#[path = "support/plugins.rs"]
+mod plugins;
 #[path = "support/process.rs"]
 mod process;
 
@@ -21,27 +23,6 @@ use process::{Running, sigterm, vigil, wait_exit};
 const TOKEN: &str = "cli-test-token-0123456789abcdef";
 /// A token the server does not know.
 const WRONG_TOKEN: &str = "wrong-token-fedcba9876543210";
-
-/// A plugin directory in `dir` holding the built `kubeconfig-file` plugin alone: the tests
-/// count the requests a fake server gets, and an audit plugin would add its own.
-fn plugin_dir(dir: &Path) -> PathBuf {
-    let built = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .join("plugins.d");
-    assert!(
-        built.join("kubeconfig-file.wasm").is_file()
-            && built.join("kubeconfig-file.toml").is_file(),
-        "{}/kubeconfig-file.wasm (and .toml) are missing: run scripts/build-plugins",
-        built.display()
-    );
-    let plugins = dir.join("plugins.d");
-    std::fs::create_dir_all(&plugins).unwrap();
-    for file in ["kubeconfig-file.wasm", "kubeconfig-file.toml"] {
-        std::fs::copy(built.join(file), plugins.join(file)).unwrap();
-    }
-    plugins
-}
 
 /// A loopback port nobody listens on (bound, read and released).
 fn free_port() -> u16 {
@@ -102,7 +83,10 @@ impl Setup {
         let mut server = vigil(dir)
             .arg("serve")
             .env("KUBECONFIG_DIR", kubeconfigs)
-            .env("VIGIL_PLUGIN_DIR", plugin_dir(dir))
+            .env(
+                "VIGIL_PLUGIN_DIR",
+                plugins::plugin_dir_with_only(dir, "kubeconfig-file"),
+            )
             .env("VIGIL_CACHE_DIR", cache_dir())
             // A port of its own, read back from the log.
             .env("VIGIL_LISTEN", "127.0.0.1:0")

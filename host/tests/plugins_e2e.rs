@@ -24,6 +24,8 @@ use vigil_fake_kube::{
     ShapePlan, WrittenKubeconfig,
 };
 
+#[path = "support/plugins.rs"]
+mod plugins;
 #[path = "support/process.rs"]
 mod process;
 
@@ -35,28 +37,6 @@ const NAMESPACES: &str = "/api/v1/namespaces";
 /// Everything at trace, except Cranelift's code generation (see the module comment).
 const TRACE: &str = "trace,cranelift_codegen=info,cranelift_frontend=info,\
                      cranelift_entity=info,wasmtime_internal_cranelift=info,regalloc2=info";
-
-/// A plugin directory in `dir` holding the built `kubeconfig-file` plugin alone: the
-/// tests count every request the fake servers get, and other first-party plugins (an
-/// audit plugin) would add their own.
-fn plugin_dir(dir: &Path) -> PathBuf {
-    let built = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .join("plugins.d");
-    assert!(
-        built.join("kubeconfig-file.wasm").is_file()
-            && built.join("kubeconfig-file.toml").is_file(),
-        "{}/kubeconfig-file.wasm (and .toml) are missing: run scripts/build-plugins",
-        built.display()
-    );
-    let plugins = dir.join("plugins.d");
-    std::fs::create_dir_all(&plugins).unwrap();
-    for file in ["kubeconfig-file.wasm", "kubeconfig-file.toml"] {
-        std::fs::copy(built.join(file), plugins.join(file)).unwrap();
-    }
-    plugins
-}
 
 /// A running `vigil serve` with its own database, cache and log file.
 struct Vigil {
@@ -81,7 +61,10 @@ impl Vigil {
         let mut child = command
             .arg("serve")
             .env("KUBECONFIG_DIR", kubeconfigs)
-            .env("VIGIL_PLUGIN_DIR", plugin_dir(dir))
+            .env(
+                "VIGIL_PLUGIN_DIR",
+                plugins::plugin_dir_with_only(dir, "kubeconfig-file"),
+            )
             // Shared by the tests of this file (the cache is safe to share): the plugin
             // is compiled once per build of it, not once per test.
             .env(

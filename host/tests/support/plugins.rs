@@ -61,3 +61,22 @@ pub fn install(path: &Path, bytes: &[u8]) {
     std::fs::write(&partial, bytes).expect("write the plugin");
     std::fs::rename(&partial, path).expect("rename the plugin into place");
 }
+
+/// A plugin directory `dir/plugins.d` holding the built first-party plugin `name` (and
+/// its `NAME.toml`) alone: for tests that count every request a fake server gets, which
+/// other plugins of `plugins.d/` (an audit plugin) would add to.
+pub fn plugin_dir_with_only(dir: &Path, name: &str) -> PathBuf {
+    let built = root().join("plugins.d");
+    let (wasm, toml) = (format!("{name}.wasm"), format!("{name}.toml"));
+    assert!(
+        built.join(&wasm).is_file() && built.join(&toml).is_file(),
+        "{}/{wasm} (and .toml) are missing: run scripts/build-plugins",
+        built.display()
+    );
+    let plugins = dir.join("plugins.d");
+    std::fs::create_dir_all(&plugins).expect("create the plugin dir");
+    for file in [wasm, toml] {
+        std::fs::copy(built.join(&file), plugins.join(&file)).expect("copy the plugin");
+    }
+    plugins
+}
