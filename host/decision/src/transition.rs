@@ -333,11 +333,11 @@ impl Step {
 
         // Failures counted before the brake last released are forgotten: the end
         // of our own outage must not trigger a degradation storm (R5). One counted
-        // in the very millisecond of the release is forgotten too: a count cannot
-        // tell it from the ones before it.
+        // in the very millisecond of the release is after it: the probe that releases
+        // the brake may itself be a counted failure.
         if let (Some(released), Some(last)) =
             (input.brake.released_at(), health.last_counted_failure)
-            && last <= released
+            && last < released
         {
             health.consecutive_failures = 0;
             health.last_counted_failure = None;

@@ -279,7 +279,7 @@ impl Model {
             since: Some(released),
         } = brake
         {
-            self.counted.retain(|&t| t > released);
+            self.counted.retain(|&t| t >= released);
         }
         let holds = matches!(brake, BrakeVerdict::Holding { .. });
         let start_period_ends = i64::from(policy.start_period_seconds) * 1000;
