@@ -397,7 +397,11 @@ fn run(trace: &Trace) -> Result<(), TestCaseError> {
                 holding_since.get_or_insert(now);
             }
             BrakeMove::Release => {
-                if holding_since.take().is_some() {
+                // A brake never releases in the millisecond it engaged (a release needs
+                // a later conclusive outcome): the engine's timestamps could not tell a
+                // failure counted before such an engagement from one after the release.
+                if holding_since.is_some_and(|since| since < now) {
+                    holding_since = None;
                     released_at = Some(now);
                 }
             }
