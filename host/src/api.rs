@@ -18,6 +18,7 @@ mod clusters;
 mod events;
 mod extract;
 mod plugins;
+mod view_cache;
 mod views;
 
 use std::future::Future;
@@ -37,6 +38,7 @@ use vigil_decision::HealthPolicy;
 
 pub use self::auth::{Access, Caller, TokensError};
 pub use self::problem::{Problem, ProblemKind};
+pub use self::view_cache::ViewCache;
 pub use self::views::{
     PluginFailureView, PluginView, ProbationView, ProbedByView, ReloadView, rfc3339,
 };
@@ -137,6 +139,8 @@ pub struct ApiState {
     pub metrics: Option<Arc<dyn MetricsRenderer>>,
     /// Wakes the worker after a registration or a policy change.
     pub wake: WorkerHandle,
+    /// Rendered cluster views reused by list pages while their rows are unchanged.
+    pub views: Arc<ViewCache>,
 }
 
 /// Renders the Prometheus exposition.

@@ -30,6 +30,12 @@ const EXIT_NOT_HEALTHY: u8 = 3;
 /// Exit code of `vigil plugin check`: vigil refuses the plugin.
 const EXIT_REFUSED: u8 = 4;
 
+/// mimalloc instead of glibc's malloc: per-thread free lists without a lock, where glibc
+/// spent a third of the CPU of a 500-cluster page in `malloc`/`free` and their
+/// consolidation (BENCHMARKS.md, "REST API under load").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {

@@ -455,6 +455,7 @@ async fn run<P: Prober>(
         readiness: Arc::clone(&readiness),
         metrics: Some(Arc::new(metrics)),
         wake: handle.clone(),
+        views: Arc::default(),
     };
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
     let api = tokio::spawn(async move {

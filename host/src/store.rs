@@ -12,7 +12,7 @@ mod operator;
 pub use self::audits::{
     AppliedAudit, AuditFailure, AuditRecord, AuditResult, Finding, ObjectRef, Severity,
 };
-pub use self::operator::{ClusterFilter, ClusterPatch, NewCluster};
+pub use self::operator::{ClusterFilter, ClusterPatch, NewCluster, PageEntry};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -126,7 +126,8 @@ pub enum ClusterSource {
 }
 
 impl ClusterSource {
-    fn as_str(self) -> &'static str {
+    /// Its name in the API and the database.
+    pub fn as_str(self) -> &'static str {
         match self {
             Self::Discovered => "discovered",
             Self::Manual => "manual",
@@ -546,6 +547,10 @@ impl Store {
             .foreign_keys(true);
         let pool = SqlitePoolOptions::new()
             .max_connections(8)
+            // A SQLite connection is a file handle, not a network link that can drop:
+            // pinging it before each use only cost every query a second round trip to
+            // its worker thread (BENCHMARKS.md, "REST API under load").
+            .test_before_acquire(false)
             .acquire_timeout(Duration::from_secs(30))
             .connect_with(options)
             .await

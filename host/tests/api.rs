@@ -103,6 +103,7 @@ async fn api_with(read_auth: bool) -> Api {
         readiness,
         metrics: Some(Arc::new(metrics)),
         wake: worker.handle(),
+        views: Arc::default(),
     };
     Api {
         router: app(state),
@@ -362,6 +363,89 @@ async fn clusters_register_get_list_filter_and_page() {
         "{}",
         all.text
     );
+}
+
+/// The list page (assembled from views kept while their rows are unchanged) must be the
+/// same as each cluster read alone, after any kind of write.
+async fn assert_page_is_current(api: &Api, when: &str) -> Value {
+    let page = api.get("/api/v1/clusters?limit=1000").await;
+    assert_eq!(page.status, StatusCode::OK, "{when}: {}", page.text);
+    let mut alone = Vec::new();
+    for item in page.body["items"].as_array().unwrap() {
+        let name = item["name"].as_str().unwrap();
+        alone.push(api.get(&format!("/api/v1/clusters/{name}")).await.body);
+    }
+    assert_eq!(
+        page.body,
+        json!({ "items": alone, "next": null }),
+        "{when}: the page differs from the clusters read one by one"
+    );
+    page.body
+}
+
+#[tokio::test]
+async fn list_pages_show_every_write_made_since_the_last_page() {
+    let api = api().await;
+    for name in ["alpha", "beta", "gamma"] {
+        api.register(name).await;
+    }
+    assert_page_is_current(&api, "registered").await;
+    assert_page_is_current(&api, "again, unchanged").await;
+
+    let reply = api
+        .send(
+            Method::PATCH,
+            "/api/v1/clusters/beta",
+            Some(TOKEN),
+            Some(json!({ "labels": { "env": "prod" } }).to_string()),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    let page = assert_page_is_current(&api, "labels changed").await;
+    assert_eq!(page["items"][1]["labels"]["env"], "prod");
+
+    api.make_offline("gamma").await;
+    let page = assert_page_is_current(&api, "probed").await;
+    assert_eq!(page["items"][2]["status"], "OFFLINE");
+
+    // An outcome that changes nothing but the last outcome still shows.
+    api.apply(
+        "alpha",
+        &[ProbeOutcome::Inconclusive {
+            class: vigil_decision::ReasonClass::PluginFault,
+            message: "the plugin trapped".to_owned(),
+        }],
+    )
+    .await;
+    let page = assert_page_is_current(&api, "inconclusive").await;
+    assert_eq!(page["items"][0]["last_outcome"], "inconclusive");
+
+    // A deleted cluster's id is given again to the next one registered (SQLite reuses the
+    // largest rowid): its kept view must not be served for the new cluster.
+    let gamma = api.store.cluster("gamma").await.unwrap().id;
+    let reply = api
+        .send(Method::DELETE, "/api/v1/clusters/gamma", Some(TOKEN), None)
+        .await;
+    assert_eq!(reply.status, StatusCode::NO_CONTENT, "{}", reply.text);
+    let reply = api
+        .post(
+            "/api/v1/clusters",
+            json!({
+                "name": "gamma",
+                "endpoint": "https://127.0.0.2:6443",
+                "kubeconfig_secret_ref": api.reference("gamma"),
+            }),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+    assert_eq!(
+        api.store.cluster("gamma").await.unwrap().id,
+        gamma,
+        "the id is reused"
+    );
+    let page = assert_page_is_current(&api, "deleted and registered again").await;
+    assert_eq!(page["items"][2]["status"], "UNKNOWN");
+    assert_eq!(page["items"][2]["endpoint"], "https://127.0.0.2:6443");
 }
 
 #[tokio::test]

@@ -552,6 +552,7 @@ async fn a_credential_header_reference_is_sent_and_never_returned() {
         readiness: Arc::new(Readiness::default()),
         metrics: None,
         wake: worker.handle(),
+        views: Arc::default(),
     };
     let router = app(state);
     let token_ref = format!("file://{}", token_file.display());

@@ -7,6 +7,7 @@ use axum::Extension;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
 use serde::{Deserialize, Deserializer, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
@@ -18,10 +19,11 @@ use super::extract::{ApiJson, ApiPath, ApiQuery};
 use super::problem::{Problem, ProblemKind};
 use super::views::{
     AuditView, ClusterPage, ClusterView, EventPage, EventView, PolicyBody, ProbedByView,
+    RenderedPage,
 };
 use super::{ApiState, MAX_PAGE, ProbeNowError};
 use crate::reference::{Reference, lies_under};
-use crate::store::{ClusterFilter, ClusterPatch, ClusterSource, NewCluster};
+use crate::store::{ClusterFilter, ClusterPatch, ClusterSource, NewCluster, PageEntry};
 use crate::worker::{Probed, wall_clock};
 
 pub(super) fn routes() -> OpenApiRouter<ApiState> {
@@ -269,21 +271,48 @@ fn page_size(limit: Option<u32>, field: &str) -> Result<u32, Problem> {
 async fn list_clusters(
     State(state): State<ApiState>,
     ApiQuery(query): ApiQuery<ListQuery>,
-) -> Result<axum::Json<ClusterPage>, Problem> {
+) -> Result<RenderedPage, Problem> {
     let filter = query.filter()?;
     let limit = page_size(query.limit, "query.limit")?;
-    let records = state
+    let mut reused = Vec::new();
+    let entries = state
         .store
-        .list_clusters(&filter, query.after.as_deref(), limit + 1)
+        .list_clusters(&filter, query.after.as_deref(), limit + 1, |revisions| {
+            reused = state.views.current(revisions);
+            reused.iter().map(Option::is_some).collect()
+        })
         .await?;
-    let more = records.len() > limit as usize;
-    let items: Vec<ClusterView> = records
-        .iter()
-        .take(limit as usize)
-        .map(|r| ClusterView::new(r, state.defaults))
-        .collect();
-    let next = more.then(|| items.last().map(|c| c.name.clone())).flatten();
-    Ok(axum::Json(ClusterPage { items, next }))
+    let more = entries.len() > limit as usize;
+    let mut views = Vec::with_capacity(entries.len().min(limit as usize));
+    let mut last = None;
+    for (entry, held) in entries.into_iter().zip(reused).take(limit as usize) {
+        let view = match (entry, held) {
+            (PageEntry::Known { name, .. }, Some(view)) => {
+                last = Some(name);
+                view
+            }
+            (PageEntry::Read { record, revision }, _) => {
+                let id = record.id;
+                let view = ClusterView::new(*record, state.defaults);
+                last = Some(view.name.clone());
+                let json = Bytes::from(
+                    serde_json::to_vec(&view)
+                        .map_err(|error| Problem::internal("writing a cluster's view", &error))?,
+                );
+                state.views.keep(id, revision, json.clone());
+                json
+            }
+            (PageEntry::Known { name, .. }, None) => {
+                return Err(Problem::internal(
+                    "listing clusters",
+                    &std::io::Error::other(format!("no view held for cluster {name}")),
+                ));
+            }
+        };
+        views.push(view);
+    }
+    let next = if more { last } else { None };
+    RenderedPage::new(&views, next.as_deref())
 }
 
 /// A cluster to register by hand.
@@ -361,7 +390,7 @@ async fn register_cluster(
     let record = state.store.cluster(&cluster.name).await?;
     Ok((
         StatusCode::CREATED,
-        axum::Json(ClusterView::new(&record, state.defaults)),
+        axum::Json(ClusterView::new(record, state.defaults)),
     )
         .into_response())
 }
@@ -391,7 +420,7 @@ async fn get_cluster(
             format!("cluster `{name}` does not exist"),
         ));
     }
-    Ok(axum::Json(ClusterView::new(&record, state.defaults)))
+    Ok(axum::Json(ClusterView::new(record, state.defaults)))
 }
 
 /// A change to a cluster: each field given replaces the stored one.
@@ -458,7 +487,7 @@ async fn update_cluster(
         .update_cluster(&name, &patch, Some(caller.actor()), wall_clock())
         .await?;
     state.wake.wake();
-    Ok(axum::Json(ClusterView::new(&record, state.defaults)))
+    Ok(axum::Json(ClusterView::new(record, state.defaults)))
 }
 
 /// Deletes a cluster; refused (409) while apps remain on it. A discovered cluster is
@@ -540,7 +569,7 @@ async fn probe_cluster(
         reason_class,
         message,
         probed_by: by.as_ref().map(ProbedByView::from),
-        cluster: ClusterView::new(&record, state.defaults),
+        cluster: ClusterView::new(record, state.defaults),
     }))
 }
 

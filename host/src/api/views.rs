@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use vigil_decision::{Condition, HealthPolicy, PolicyOverrides, Timestamp};
 
+use super::problem::Problem;
 use crate::store::{AppRecord, ClusterRecord, EventRecord};
 
 /// A time as RFC 3339 (UTC, milliseconds).
@@ -215,23 +216,37 @@ pub struct ClusterView {
 }
 
 impl ClusterView {
-    /// The view of `record` under the global `defaults`.
-    pub fn new(record: &ClusterRecord, defaults: HealthPolicy) -> Self {
-        let health = &record.health;
+    /// The view of `record` under the global `defaults` (it takes the record: a page of
+    /// 500 moves its strings instead of copying them).
+    pub fn new(record: ClusterRecord, defaults: HealthPolicy) -> Self {
+        let ClusterRecord {
+            name,
+            endpoint,
+            kubeconfig_secret_ref,
+            source,
+            plugin,
+            parameters,
+            labels,
+            policy,
+            health,
+            next_due,
+            last_outcome,
+            last_reason,
+            last_reason_class,
+            last_probed_by,
+            ..
+        } = record;
         Self {
-            name: record.name.clone(),
-            endpoint: record.endpoint.clone(),
-            reference: record.kubeconfig_secret_ref.clone(),
-            source: serde_json::to_value(record.source)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_owned))
-                .unwrap_or_default(),
+            name,
+            endpoint,
+            reference: kubeconfig_secret_ref,
+            source: source.as_str().to_owned(),
             status: health.status.as_str().to_owned(),
             conditions: health.conditions.iter().map(ConditionView::from).collect(),
-            last_outcome: record.last_outcome.clone(),
-            reason: record.last_reason.clone(),
-            reason_class: record.last_reason_class.clone(),
-            last_probed_by: record.last_probed_by.as_ref().map(ProbedByView::from),
+            last_outcome,
+            reason: last_reason,
+            reason_class: last_reason_class,
+            last_probed_by: last_probed_by.as_ref().map(ProbedByView::from),
             counters: CountersView {
                 consecutive_failures: health.consecutive_failures,
                 consecutive_successes: health.consecutive_successes,
@@ -239,21 +254,20 @@ impl ClusterView {
             },
             last_probe: health.last_probe.map(rfc3339),
             last_success: health.last_success.map(rfc3339),
-            next_due: rfc3339(record.next_due),
-            plugin: record.plugin.clone(),
-            policy: defaults.with_overrides(&record.policy).into(),
-            policy_overrides: record.policy.into(),
-            labels: record.labels.clone(),
-            parameters: record
-                .parameters
-                .iter()
+            next_due: rfc3339(next_due),
+            plugin,
+            policy: defaults.with_overrides(&policy).into(),
+            policy_overrides: policy.into(),
+            labels,
+            parameters: parameters
+                .into_iter()
                 .map(|(k, v)| {
-                    let shown = if is_credential_reference(v) {
+                    let shown = if is_credential_reference(&v) {
                         HIDDEN_REFERENCE.to_owned()
                     } else {
-                        v.clone()
+                        v
                     };
-                    (k.clone(), shown)
+                    (k, shown)
                 })
                 .collect(),
         }
@@ -267,6 +281,45 @@ pub struct ClusterPage {
     pub items: Vec<ClusterView>,
     /// Pass as `after` for the next page; absent on the last page.
     pub next: Option<String>,
+}
+
+/// A [`ClusterPage`] as JSON, assembled from the clusters' views already rendered (see
+/// `view_cache`): the same bytes `serde_json` writes for the page, in one buffer sized up
+/// front.
+#[derive(Debug)]
+pub struct RenderedPage(Vec<u8>);
+
+impl RenderedPage {
+    /// The page of `items` (each a `ClusterView` as JSON), with `next` to page on.
+    pub fn new(items: &[bytes::Bytes], next: Option<&str>) -> Result<Self, Problem> {
+        let size = items.iter().map(|item| item.len() + 1).sum::<usize>();
+        let mut body = Vec::with_capacity(size + 32 + next.map_or(4, str::len));
+        body.extend_from_slice(b"{\"items\":[");
+        for (i, item) in items.iter().enumerate() {
+            if i > 0 {
+                body.push(b',');
+            }
+            body.extend_from_slice(item);
+        }
+        body.extend_from_slice(b"],\"next\":");
+        serde_json::to_writer(&mut body, &next)
+            .map_err(|error| Problem::internal("writing a page of clusters", &error))?;
+        body.push(b'}');
+        Ok(Self(body))
+    }
+}
+
+impl axum::response::IntoResponse for RenderedPage {
+    fn into_response(self) -> axum::response::Response {
+        (
+            [(
+                axum::http::header::CONTENT_TYPE,
+                axum::http::HeaderValue::from_static("application/json"),
+            )],
+            self.0,
+        )
+            .into_response()
+    }
 }
 
 /// One entry of the history.

@@ -3,7 +3,7 @@
 //! history event, which names the caller. Guards (R6) are checked inside the writing
 //! transaction.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use vigil_decision::{
     AppStatus, ClusterId, ClusterStatus, ConditionType, PolicyOverrides, Timestamp,
@@ -14,6 +14,35 @@ use super::{
     EventRecord, Store, StoreError, cluster_id_by_name, guarded_cluster, insert_event, not_found,
     query_error,
 };
+
+/// A cluster of a page ([`Store::list_clusters`]).
+#[derive(Debug)]
+pub enum PageEntry {
+    /// The caller holds a current view of it: its row is still at `revision`.
+    Known {
+        /// Its id.
+        id: ClusterId,
+        /// Its name.
+        name: String,
+        /// The revision of its row.
+        revision: i64,
+    },
+    /// Read for this page.
+    Read {
+        /// The cluster.
+        record: Box<ClusterRecord>,
+        /// The revision of its row.
+        revision: i64,
+    },
+}
+
+/// A cluster row with its revision.
+#[derive(sqlx::FromRow)]
+struct RevisedRow {
+    #[sqlx(flatten)]
+    row: ClusterRow,
+    revision: i64,
+}
 
 /// A cluster registered by hand.
 #[derive(Debug, Clone, Default)]
@@ -294,15 +323,26 @@ impl Store {
     }
 
     /// One page of the clusters matching `filter` (ignored ones never), by name, those
-    /// after `after`.
+    /// after `after`, read in one snapshot. `reuse` is shown each cluster's id and
+    /// revision (a revision changes with every write to the row and is never given
+    /// twice) and answers which of them the caller already holds a current view of:
+    /// those come back as [`PageEntry::Known`], the others with their record.
     pub async fn list_clusters(
         &self,
         filter: &ClusterFilter,
         after: Option<&str>,
         limit: u32,
-    ) -> Result<Vec<ClusterRecord>, StoreError> {
+        reuse: impl FnOnce(&[(ClusterId, i64)]) -> Vec<bool>,
+    ) -> Result<Vec<PageEntry>, StoreError> {
+        // `name > ?7` only when paging: written as `(?7 IS NULL OR name > ?7)` it keeps
+        // SQLite from seeking the name index, and a page deep in the fleet would read
+        // every cluster before it (5,000 rows for the middle of 10,000).
+        let after_clause = if after.is_some() { "AND name > ?7" } else { "" };
+        // The page's keys come back as one JSON array, in one row: handing 500 rows over
+        // from the database thread one by one cost more than reading them.
         let sql = format!(
-            "SELECT {CLUSTER_COLUMNS} FROM clusters WHERE ignored = 0 \
+            "SELECT json_group_array(json_array(id, name, revision) ORDER BY name) FROM \
+             (SELECT id, name, revision FROM clusters WHERE ignored = 0 \
              AND (?1 IS NULL OR status = ?1) \
              AND (?2 IS NULL OR EXISTS (SELECT 1 FROM json_each(conditions) \
                   WHERE json_extract(value, '$.type') = ?2)) \
@@ -310,14 +350,19 @@ impl Store {
              AND (?4 IS NULL OR EXISTS (SELECT 1 FROM json_each(labels) \
                   WHERE key = ?4 AND value = ?5)) \
              AND (?6 IS NULL OR plugin = ?6) \
-             AND (?7 IS NULL OR name > ?7) \
-             ORDER BY name LIMIT ?8"
+             {after_clause} ORDER BY name LIMIT ?8)"
         );
         let (label_key, label_value) = filter
             .label
             .as_ref()
             .map_or((None, None), |(k, v)| (Some(k.as_str()), Some(v.as_str())));
-        let rows: Vec<ClusterRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        // A read transaction: the page and the records read for it are one snapshot.
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(query_error("starting to read a page of clusters"))?;
+        let keys: String = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
             .bind(filter.status.map(ClusterStatus::as_str))
             .bind(filter.condition.map(ConditionType::as_str))
             .bind(filter.source.map(ClusterSource::as_str))
@@ -326,10 +371,62 @@ impl Store {
             .bind(filter.plugin.as_deref())
             .bind(after)
             .bind(i64::from(limit))
-            .fetch_all(&self.pool)
+            .fetch_one(&mut *tx)
             .await
             .map_err(query_error("listing clusters"))?;
-        rows.into_iter().map(ClusterRecord::try_from).collect()
+        let keys: Vec<(i64, String, i64)> =
+            serde_json::from_str(&keys).map_err(|error| StoreError::Corrupt {
+                what: "page of cluster keys",
+                reason: error.to_string(),
+            })?;
+        let revisions: Vec<(ClusterId, i64)> = keys
+            .iter()
+            .map(|(id, _, revision)| (ClusterId(*id), *revision))
+            .collect();
+        let known = reuse(&revisions);
+        let wanted: Vec<i64> = keys
+            .iter()
+            .zip(known.iter().chain(std::iter::repeat(&false)))
+            .filter(|(_, known)| !**known)
+            .map(|((id, _, _), _)| *id)
+            .collect();
+        let mut read: HashMap<i64, RevisedRow> = HashMap::with_capacity(wanted.len());
+        if !wanted.is_empty() {
+            let ids = format!(
+                "[{}]",
+                wanted
+                    .iter()
+                    .map(i64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            );
+            let sql = format!(
+                "SELECT {CLUSTER_COLUMNS}, revision FROM clusters \
+                 WHERE id IN (SELECT value FROM json_each(?))"
+            );
+            let rows: Vec<RevisedRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+                .bind(ids)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(query_error("reading clusters"))?;
+            read.extend(rows.into_iter().map(|row| (row.row.id, row)));
+        }
+        tx.commit()
+            .await
+            .map_err(query_error("ending a read of clusters"))?;
+        keys.into_iter()
+            .map(|(id, name, revision)| match read.remove(&id) {
+                Some(row) => Ok(PageEntry::Read {
+                    revision: row.revision,
+                    record: Box::new(row.row.try_into()?),
+                }),
+                None => Ok(PageEntry::Known {
+                    id: ClusterId(id),
+                    name,
+                    revision,
+                }),
+            })
+            .collect()
     }
 
     /// A page of a cluster's history, newest first, those before event `before`.

@@ -273,5 +273,6 @@ pub fn router(store: Store) -> axum::Router {
         readiness: Arc::new(vigil::api::Readiness::default()),
         metrics: None,
         wake: worker.handle(),
+        views: Arc::default(),
     })
 }
