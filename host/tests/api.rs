@@ -446,6 +446,29 @@ async fn list_pages_show_every_write_made_since_the_last_page() {
     let page = assert_page_is_current(&api, "deleted and registered again").await;
     assert_eq!(page["items"][2]["status"], "UNKNOWN");
     assert_eq!(page["items"][2]["endpoint"], "https://127.0.0.2:6443");
+
+    // The same with a cluster never written after its registration: the new row must not
+    // start at the revision the old one had when its view was kept.
+    api.register("delta").await;
+    assert_page_is_current(&api, "delta registered").await;
+    let reply = api
+        .send(Method::DELETE, "/api/v1/clusters/delta", Some(TOKEN), None)
+        .await;
+    assert_eq!(reply.status, StatusCode::NO_CONTENT, "{}", reply.text);
+    let reply = api
+        .post(
+            "/api/v1/clusters",
+            json!({
+                "name": "delta",
+                "endpoint": "https://127.0.0.3:6443",
+                "kubeconfig_secret_ref": api.reference("delta"),
+            }),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+    let page = assert_page_is_current(&api, "delta registered again").await;
+    assert_eq!(page["items"][2]["name"], "delta");
+    assert_eq!(page["items"][2]["endpoint"], "https://127.0.0.3:6443");
 }
 
 #[tokio::test]
