@@ -32,6 +32,10 @@ use vigil::worker::{ProbeTarget, Prober};
 use vigil_decision::{ClusterId, ProbeOutcome};
 use vigil_e2e::NativeProber;
 
+/// The allocator of the `vigil` binary, so that the runtime is measured as vigil runs it.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// The repository root, where `plugins.d/` and `target/test-plugins/` are.
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 
