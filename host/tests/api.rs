@@ -423,21 +423,7 @@ async fn list_pages_show_every_write_made_since_the_last_page() {
     // A deleted cluster's id is given again to the next one registered (SQLite reuses the
     // largest rowid): its kept view must not be served for the new cluster.
     let gamma = api.store.cluster("gamma").await.unwrap().id;
-    let reply = api
-        .send(Method::DELETE, "/api/v1/clusters/gamma", Some(TOKEN), None)
-        .await;
-    assert_eq!(reply.status, StatusCode::NO_CONTENT, "{}", reply.text);
-    let reply = api
-        .post(
-            "/api/v1/clusters",
-            json!({
-                "name": "gamma",
-                "endpoint": "https://127.0.0.2:6443",
-                "kubeconfig_secret_ref": api.reference("gamma"),
-            }),
-        )
-        .await;
-    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+    register_again(&api, "gamma", "https://127.0.0.2:6443").await;
     assert_eq!(
         api.store.cluster("gamma").await.unwrap().id,
         gamma,
@@ -451,24 +437,34 @@ async fn list_pages_show_every_write_made_since_the_last_page() {
     // start at the revision the old one had when its view was kept.
     api.register("delta").await;
     assert_page_is_current(&api, "delta registered").await;
+    register_again(&api, "delta", "https://127.0.0.3:6443").await;
+    let page = assert_page_is_current(&api, "delta registered again").await;
+    assert_eq!(page["items"][2]["name"], "delta");
+    assert_eq!(page["items"][2]["endpoint"], "https://127.0.0.3:6443");
+}
+
+/// Deletes cluster `name` and registers it again at `endpoint`.
+async fn register_again(api: &Api, name: &str, endpoint: &str) {
     let reply = api
-        .send(Method::DELETE, "/api/v1/clusters/delta", Some(TOKEN), None)
+        .send(
+            Method::DELETE,
+            &format!("/api/v1/clusters/{name}"),
+            Some(TOKEN),
+            None,
+        )
         .await;
     assert_eq!(reply.status, StatusCode::NO_CONTENT, "{}", reply.text);
     let reply = api
         .post(
             "/api/v1/clusters",
             json!({
-                "name": "delta",
-                "endpoint": "https://127.0.0.3:6443",
-                "kubeconfig_secret_ref": api.reference("delta"),
+                "name": name,
+                "endpoint": endpoint,
+                "kubeconfig_secret_ref": api.reference(name),
             }),
         )
         .await;
     assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
-    let page = assert_page_is_current(&api, "delta registered again").await;
-    assert_eq!(page["items"][2]["name"], "delta");
-    assert_eq!(page["items"][2]["endpoint"], "https://127.0.0.3:6443");
 }
 
 #[tokio::test]
