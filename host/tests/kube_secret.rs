@@ -23,6 +23,11 @@ use vigil_fake_kube::{
     AddressPlan, AuthUsed, ClusterHandle, Fixtures, Fleet, KubeconfigOptions, KubeconfigShape, User,
 };
 
+#[path = "support/plugins.rs"]
+mod plugins;
+
+use plugins::{plugin_file, root};
+
 /// Everything at trace, except Cranelift's code generation (it sees compiled plugin code,
 /// never credentials, and logs every function it compiles).
 const TRACE: &str = "trace,cranelift_codegen=info,cranelift_frontend=info,\
@@ -122,27 +127,6 @@ fn secrets_of(yaml: &str) -> Vec<String> {
         }
     }
     found
-}
-
-/// The workspace root.
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("host/ has a parent")
-        .to_path_buf()
-}
-
-/// A built plugin: first-party ones in `plugins.d/`, test ones in `target/test-plugins/`.
-fn plugin_file(name: &str) -> PathBuf {
-    [
-        root().join("plugins.d").join(format!("{name}.wasm")),
-        root()
-            .join("target/test-plugins")
-            .join(format!("{name}.wasm")),
-    ]
-    .into_iter()
-    .find(|path| path.is_file())
-    .unwrap_or_else(|| panic!("plugin {name} is not built: run scripts/build-plugins"))
 }
 
 /// A plugin directory holding `plugins` (name, NAME.toml text).
