@@ -19,7 +19,9 @@ use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use kube::config::{AuthInfo, Cluster, Kubeconfig, KubeconfigError, NamedContext};
+use kube::config::{
+    AuthInfo, Cluster, Kubeconfig, KubeconfigError, NamedAuthInfo, NamedCluster, NamedContext,
+};
 use notify_debouncer_full::notify::{self, Event, EventKind, RecommendedWatcher, RecursiveMode};
 use notify_debouncer_full::{DebounceEventResult, Debouncer, RecommendedCache, new_debouncer};
 use tokio::sync::mpsc;
@@ -477,6 +479,10 @@ fn is_referenceable_context(name: &str) -> bool {
 
 /// The pieces of a context that discovery and resolution both need, checked for consistency.
 pub(crate) struct ContextParts<'a> {
+    /// The cluster's entry, as the file has it.
+    pub(crate) cluster_entry: &'a NamedCluster,
+    /// The user's entry, when the context names a user.
+    pub(crate) user_entry: Option<&'a NamedAuthInfo>,
     /// The cluster's name.
     pub(crate) cluster_name: &'a str,
     /// The cluster's definition.
@@ -506,22 +512,22 @@ pub(crate) fn context_parts<'a>(
             context: context_name.clone(),
             cluster: context.cluster.clone(),
         })?;
-    let user = match context.user.as_deref().filter(|user| !user.is_empty()) {
+    let user_entry = match context.user.as_deref().filter(|user| !user.is_empty()) {
         // A context without a user is valid: the cluster is then contacted anonymously.
         None => None,
-        Some(user_name) => {
-            let found = config
+        Some(user_name) => Some(
+            config
                 .auth_infos
                 .iter()
                 .find(|candidate| candidate.name == user_name)
                 .ok_or_else(|| SourceProblem::MissingUser {
                     context: context_name.clone(),
                     user: user_name.to_owned(),
-                })?;
-            // An entry without a `user:` body means "no credentials", like an empty one.
-            Some((found.name.as_str(), found.auth_info.as_ref()))
-        }
+                })?,
+        ),
     };
+    // An entry without a `user:` body means "no credentials", like an empty one.
+    let user = user_entry.map(|found| (found.name.as_str(), found.auth_info.as_ref()));
     let cluster = found_cluster
         .cluster
         .as_ref()
@@ -553,6 +559,8 @@ pub(crate) fn context_parts<'a>(
         }
     }
     Ok(ContextParts {
+        cluster_entry: found_cluster,
+        user_entry,
         cluster_name: &found_cluster.name,
         cluster,
         server,

@@ -16,7 +16,7 @@ use std::fs;
 use std::io;
 use std::path::{Component, Path, PathBuf};
 
-use kube::config::AuthInfo;
+use kube::config::{AuthInfo, Kubeconfig, NamedContext};
 use vigil_decision::ReasonClass;
 use vigil_kubeconfig_rules::{data, path as kubeconfig_path};
 
@@ -116,6 +116,10 @@ pub struct ConnectionMaterial {
     pub client_key: Option<Material>,
     /// The bearer token (a token file is re-read at each use: projected tokens rotate).
     pub token: Option<Material>,
+    /// The kubeconfig as `credentials.kubeconfig` serves it to plugins: the selected
+    /// context alone, with its cluster and user entries, as vigil read them, rendered as
+    /// JSON.
+    pub served_kubeconfig: SecretBytes,
 }
 
 impl ConnectionMaterial {
@@ -265,7 +269,7 @@ pub fn resolve_secret_kubeconfig(
 ) -> Result<ConnectionMaterial, (ReasonClass, String)> {
     let config = std::str::from_utf8(bytes)
         .ok()
-        .and_then(|text| kube::config::Kubeconfig::from_yaml(text).ok())
+        .and_then(|text| Kubeconfig::from_yaml(text).ok())
         .ok_or_else(|| {
             (
                 ReasonClass::ReferenceBroken,
@@ -281,7 +285,7 @@ pub fn resolve_secret_kubeconfig(
 }
 
 fn resolve_config(
-    config: &kube::config::Kubeconfig,
+    config: &Kubeconfig,
     origin: Origin<'_>,
     context: Option<&str>,
 ) -> Result<ConnectionMaterial, NotProbeable> {
@@ -412,7 +416,13 @@ fn resolve_config(
         (None, None) => None,
     };
 
+    let served_kubeconfig = served_kubeconfig(config, named, &parts).ok_or_else(|| {
+        broken(format!(
+            "the context {context_name:?} cannot be rendered for plugins"
+        ))
+    })?;
     Ok(ConnectionMaterial {
+        served_kubeconfig,
         kubeconfig: kubeconfig.to_path_buf(),
         context: context_name,
         server: parts.server.to_owned(),
@@ -426,6 +436,34 @@ fn resolve_config(
         client_key,
         token,
     })
+}
+
+/// The kubeconfig a plugin is served for a context: that context alone, with its cluster
+/// and user entries (whole, as vigil read them: every field the `kube` crate keeps) and
+/// `current-context` naming it, rendered as JSON.
+///
+/// Why not the file's bytes: a plugin then sees no other context's credentials (the file
+/// may hold many), it reads exactly what the host resolved (one reading, so host and plugin
+/// cannot disagree on it), and JSON — which is YAML, so any kubeconfig reader takes it —
+/// parses in microseconds where a kubeconfig's YAML takes a WebAssembly guest hundreds
+/// (BENCHMARKS.md, "Plugin overhead"). Paths stay as written: `credentials.read-file`
+/// resolves them against the kubeconfig's directory, as before.
+fn served_kubeconfig(
+    config: &Kubeconfig,
+    context: &NamedContext,
+    parts: &discovery::ContextParts<'_>,
+) -> Option<SecretBytes> {
+    let alone = Kubeconfig {
+        kind: config.kind.clone(),
+        api_version: config.api_version.clone(),
+        clusters: vec![parts.cluster_entry.clone()],
+        auth_infos: parts.user_entry.cloned().into_iter().collect(),
+        contexts: vec![context.clone()],
+        current_context: Some(context.name.clone()),
+        ..Kubeconfig::default()
+    };
+    // kube's `Serialize` writes the secret fields out (that is how it saves kubeconfigs).
+    serde_json::to_vec(&alone).ok().map(SecretBytes::new)
 }
 
 /// The user's secret fields as plain strings.

@@ -213,8 +213,17 @@ fn guest_source(
 /// The kubeconfig-file plugin's steps up to its request: read the kubeconfig, select the
 /// context, read the files; failures worded as the plugin words them.
 fn guest_reading(file: &Path, context: Option<&str>) -> Reading {
+    guest_reading_of(file, read_as_the_host_does(file), context)
+}
+
+/// The same steps, with `served` as the answer of `credentials.kubeconfig`.
+fn guest_reading_of(
+    file: &Path,
+    served: Result<SecretBytes, CredentialsError>,
+    context: Option<&str>,
+) -> Reading {
     let path = file.to_str().expect("corpus paths are UTF-8");
-    let bytes = match read_as_the_host_does(file) {
+    let bytes = match served {
         Ok(bytes) => bytes,
         Err(error) => return guest_failure(error.probe_error(&format!("the kubeconfig {path}"))),
     };
@@ -381,4 +390,63 @@ fn the_missing_files_difference_is_only_in_when_and_how_the_file_is_named() {
             other => panic!("expected not-probeable, got {other:?}"),
         }
     }
+}
+
+/// What `credentials.kubeconfig` serves a plugin — the host's JSON rendering of the selected
+/// context alone — reads, through the SDK, exactly as the file itself does: same server,
+/// TLS settings, credentials, files and description, whether the plugin names the context
+/// or relies on the rendering's `current-context`. The rendering holds that one context, its
+/// cluster and user and nothing else, and the SDK reads it with its JSON parser.
+#[test]
+fn the_served_rendering_reads_as_the_file_does() {
+    let root = corpus();
+    let mut probeable = 0;
+    let mut disagreements = Vec::new();
+    for file in corpus_files(&root) {
+        let relative = file
+            .strip_prefix(&root)
+            .expect("under the corpus")
+            .display();
+        for context in contexts_of(&file) {
+            let context = context.as_deref();
+            let Resolution::Connection(material) = resolve(&Reference::File {
+                path: file.to_str().expect("corpus paths are UTF-8").to_owned(),
+                context: context.map(str::to_owned),
+            }) else {
+                continue;
+            };
+            probeable += 1;
+            let case = format!("{relative} #{}", context.unwrap_or("(current context)"));
+            let served = material.served_kubeconfig.expose_secret();
+            let rendered: Kubeconfig = serde_json::from_slice(served)
+                .unwrap_or_else(|error| panic!("{case}: the rendering is not JSON: {error}"));
+            assert_eq!(
+                (
+                    rendered.contexts.len(),
+                    rendered.clusters.len(),
+                    rendered.current_context.as_deref()
+                ),
+                (1, 1, Some(material.context.as_str())),
+                "{case}: the rendering holds more than the selected context"
+            );
+            assert!(rendered.users.len() <= 1, "{case}: more than one user");
+            let from_file = guest_reading(&file, context);
+            for named in [context, None] {
+                let from_rendering =
+                    guest_reading_of(&file, Ok(SecretBytes::new(served.to_vec())), named);
+                if from_rendering != from_file {
+                    disagreements.push(format!(
+                        "{case} (the plugin names {named:?})\n  file:      {from_file:?}\n  rendering: {from_rendering:?}"
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        disagreements.is_empty(),
+        "{} cases read differently:\n{}",
+        disagreements.len(),
+        disagreements.join("\n")
+    );
+    assert!(probeable >= 10, "only {probeable} probeable cases");
 }

@@ -982,3 +982,35 @@ fn no_corpus_secret_appears_in_any_message_display_or_debug_output() {
         }
     }
 }
+
+/// A plugin is served the selected context alone: of `shared-cluster` (three users on one
+/// cluster), the `prod-readonly` rendering carries its own token and neither of the other
+/// users' credentials, and says which context it is.
+#[test]
+fn the_served_kubeconfig_holds_only_the_selected_context() {
+    let material = resolve_corpus("shared-cluster/config", Some("prod-readonly"));
+    let served = std::str::from_utf8(material.served_kubeconfig.expose_secret())
+        .expect("the rendering is text");
+    let rendered: serde_json::Value = serde_json::from_str(served).expect("JSON");
+    assert_eq!(rendered["current-context"], "prod-readonly");
+    assert_eq!(rendered["contexts"][0]["context"]["namespace"], "default");
+    assert_eq!(rendered["clusters"][0]["name"], "prod");
+    assert_eq!(
+        rendered["clusters"][0]["cluster"]["tls-server-name"],
+        "kubernetes.default.svc"
+    );
+    assert_eq!(
+        rendered["users"][0]["user"]["token"],
+        "vigil-fake-readonly-token-58c3f0e2a9"
+    );
+    for other in [
+        "prod-admin",
+        "prod-monitoring",
+        "monitoring-token",
+        "client-key-data",
+    ] {
+        assert!(!served.contains(other), "the rendering names {other}");
+    }
+    // The Debug output of the material never shows it.
+    assert!(!format!("{material:?}").contains("readonly-token"));
+}

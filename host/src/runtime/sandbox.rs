@@ -350,7 +350,7 @@ impl credentials::Host for CallState {
             return Err(E::NotFound("this call is about no cluster".to_owned()));
         };
         let material = match (&cluster.reference, &cluster.material) {
-            (Reference::File { .. }, Some(material)) => material.clone(),
+            (Reference::File { .. }, Some(material)) => material,
             (Reference::File { path, .. }, None) => {
                 return Err(E::NotFound(format!(
                     "the kubeconfig {path} could not be resolved"
@@ -363,17 +363,13 @@ impl credentials::Host for CallState {
                 ));
             }
         };
-        let bytes = read_bounded(self.remaining(), &material.kubeconfig).await?;
-        if !self.kubeconfigs.check(&bytes) {
-            return Err(E::Invalid(format!(
-                "{} is not a kubeconfig",
-                material.kubeconfig.display()
-            )));
-        }
+        // What the host resolved for this very probe (the file was read and parsed just
+        // before the call), so the plugin reads what the egress policy was derived from.
+        let served = material.served_kubeconfig.expose_secret().to_vec();
         // The kubeconfig's selected server is now material served to this call: egress
         // to it counts as talking to the cluster.
         self.egress.policy.add_cluster_url(&material.server);
-        Ok(bytes)
+        Ok(served)
     }
 
     async fn read_file(&mut self, path: String) -> CredentialsResult {
@@ -476,9 +472,11 @@ impl credentials::Host for CallState {
 impl CallState {
     /// `credentials.kubeconfig` for a `secret://` reference: the Secret's key, read now
     /// from the management cluster, if the plugin is granted the namespace and the value
-    /// parses as a kubeconfig. The server of the context the reference selects becomes
-    /// the cluster's for egress; a context that cannot be resolved (say, one naming
-    /// files) adds none, and the plugin finds the same problem in its own reading.
+    /// parses as a kubeconfig. When the context the reference selects resolves, its
+    /// server becomes the cluster's for egress and the plugin is served that context
+    /// alone, rendered as for a file ([`ConnectionMaterial::served_kubeconfig`]); a context
+    /// that cannot be resolved (say, one naming files) adds no egress and is served as
+    /// stored, so that the plugin finds and words the problem in its own reading.
     async fn secret_kubeconfig(&mut self) -> CredentialsResult {
         use credentials::CredentialsError as E;
         let Some(CallCluster {
@@ -522,12 +520,16 @@ impl CallState {
             &label,
             context.as_deref(),
         ) {
-            Ok(material) => self.egress.serve_material(&material),
+            Ok(material) => {
+                self.egress.serve_material(&material);
+                Ok(material.served_kubeconfig.into_exposed_secret())
+            }
             Err((_, message)) => {
+                // Served as stored: the plugin's own reading finds and words the problem.
                 debug!(plugin = %self.plugin, "no egress derived from the Secret's kubeconfig: {message}");
+                Ok(bytes.into_exposed_secret())
             }
         }
-        Ok(bytes.into_exposed_secret())
     }
 
     /// Whether the plugin may read Secrets of `namespace` (`secret-namespaces` in its

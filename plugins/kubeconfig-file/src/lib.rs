@@ -1,7 +1,8 @@
 //! `kubeconfig-file`: vigil's probe plugin for clusters referenced by a kubeconfig file
 //! (`/ABSOLUTE/PATH#CONTEXT`, or the file's `current-context` without `#CONTEXT`).
 //!
-//! A probe reads the kubeconfig through `credentials.kubeconfig()`, then the guest SDK's
+//! A probe reads the kubeconfig through `credentials.kubeconfig()` (the host serves the
+//! reference's context alone, as JSON), then the guest SDK's
 //! [`probe_kubeconfig`] selects the context exactly as vigil's host does, reads the files
 //! the context names through `credentials.read-file`, and sends one
 //! `GET {server}/api/v1/namespaces?limit=1` through `http.send` with the context's TLS

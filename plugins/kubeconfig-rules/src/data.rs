@@ -33,9 +33,17 @@ const GO_STD_ENCODING: GeneralPurpose = GeneralPurpose::new(
 /// assert_eq!(decode("aGVsbG8"), None); // unpadded: kubectl refuses it
 /// ```
 pub fn decode(field: &str) -> Option<Vec<u8>> {
-    let without_line_breaks: String = field
-        .chars()
-        .filter(|c| !matches!(c, '\r' | '\n'))
+    // Line breaks are single bytes in UTF-8 and never part of a longer character, so the
+    // text can be filtered byte by byte — and most fields have none to filter.
+    let is_line_break = |byte: &u8| matches!(byte, b'\r' | b'\n');
+    let bytes = field.as_bytes();
+    if !bytes.iter().any(is_line_break) {
+        return GO_STD_ENCODING.decode(bytes).ok();
+    }
+    let without_line_breaks: Vec<u8> = bytes
+        .iter()
+        .copied()
+        .filter(|byte| !is_line_break(byte))
         .collect();
     GO_STD_ENCODING.decode(without_line_breaks).ok()
 }

@@ -207,8 +207,8 @@ struct StatusBody {
 /// use vigil_plugin_sdk::{credentials, ProbeError};
 ///
 /// # fn probe() -> Result<(), ProbeError> {
-/// let yaml = credentials::kubeconfig().map_err(|e| e.probe_error("the kubeconfig"))?;
-/// let selection = select(yaml.expose_secret(), None)
+/// let kubeconfig = credentials::kubeconfig().map_err(|e| e.probe_error("the kubeconfig"))?;
+/// let selection = select(kubeconfig.expose_secret(), None)
 ///     .map_err(|e| ProbeError::not_probeable(e.class(), e.to_string()))?;
 /// let server = ApiServer::connect(&selection)?;
 /// let response = server.get("/version", None);

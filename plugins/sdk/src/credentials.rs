@@ -11,9 +11,12 @@ use crate::{ProbeError, ReasonClass, SecretBytes};
 
 pub use imported::CredentialsError;
 
-/// The kubeconfig named by the cluster's reference: the file of a file reference (vigil
-/// serves it only if it parses as a kubeconfig), or the Secret key of a `secret://`
-/// reference.
+/// The kubeconfig named by the cluster's reference (a file, or a Secret's key of a
+/// `secret://` reference), reduced to the context the reference selects, with that
+/// context's cluster and user, as vigil read them, and rendered as JSON (which any YAML
+/// reader takes; [`crate::kubeconfig::select`] reads it fast). A Secret's kubeconfig whose
+/// context vigil cannot resolve is served as stored, so that [`crate::kubeconfig::select`]
+/// says what is wrong.
 pub fn kubeconfig() -> Result<SecretBytes, CredentialsError> {
     imported::kubeconfig().map(SecretBytes::new)
 }

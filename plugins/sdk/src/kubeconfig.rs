@@ -30,6 +30,11 @@
 //!   else is looked at; `*-data` fields win over files; a token wins over a token file; empty
 //!   strings count as absent.
 //!
+//! A kubeconfig written as JSON (what the host serves: [`crate::credentials::kubeconfig`]
+//! returns a JSON rendering of the selected context) is read by `serde_json` into the same
+//! structs, which is much faster in WebAssembly than the YAML parser; text that is not such
+//! JSON goes to the YAML parser.
+//!
 //! One difference is by design: [`select`] does no I/O, so it cannot tell that a file the
 //! kubeconfig names is missing; the host can, and says `reference-broken` before the plugin
 //! runs. A plugin learns it when [`crate::credentials::read_file`] answers `not-found`.
@@ -461,12 +466,28 @@ fn append_new_named<T>(base: &mut Vec<T>, next: Vec<T>, name: impl Fn(&T) -> &St
 }
 
 /// Parses kubeconfig text and checks that it is a kubeconfig at all.
+/// A kubeconfig written as JSON, read by a JSON parser: `None` when `text` is not one
+/// JSON object of a kubeconfig's shape, and the YAML parser decides.
+///
+/// JSON is YAML, so this is the same reading, only faster: what vigil serves through
+/// `credentials.kubeconfig` is a JSON rendering of the kube crate's reading of the file,
+/// and a WebAssembly guest parses it in microseconds where the same kubeconfig as YAML
+/// takes it hundreds. Anything the JSON parser refuses (YAML, JSON that does not fit the
+/// structs, duplicate fields) falls back to the YAML parser and its error messages.
+fn parse_json(text: &str) -> Option<Kubeconfig> {
+    if !text.trim_start().starts_with('{') {
+        return None;
+    }
+    serde_json::from_str(text).ok()
+}
+
 fn parse_text(text: &str) -> Result<Kubeconfig, KubeconfigError> {
     if text.trim().is_empty() {
         return Err(KubeconfigError::Empty);
     }
-    let documents: Vec<Kubeconfig> =
-        serde_saphyr::from_multiple(text).map_err(|error| KubeconfigError::Yaml {
+    let documents: Vec<Kubeconfig> = match parse_json(text) {
+        Some(config) => vec![config],
+        None => serde_saphyr::from_multiple(text).map_err(|error| KubeconfigError::Yaml {
             position: error
                 .location()
                 .filter(|location| location.line() > 0)
@@ -475,7 +496,8 @@ fn parse_text(text: &str) -> Result<Kubeconfig, KubeconfigError> {
                     column: location.column(),
                 }),
             problem: sanitize_yaml_problem(&error.without_snippet().to_string(), text),
-        })?;
+        })?,
+    };
     let config = documents
         .into_iter()
         .try_fold(Kubeconfig::default(), Kubeconfig::merge)?;
@@ -575,5 +597,35 @@ mod tests {
         let shown = format!("{:?}", Kubeconfig::parse(text.as_bytes()).unwrap());
         assert!(!shown.contains("vigil-fake"), "{shown}");
         assert!(shown.contains("token"), "{shown}");
+    }
+
+    #[test]
+    fn json_is_read_by_the_json_parser_and_anything_else_by_the_yaml_one() {
+        let json = r#"{"kind":"Config","contexts":[{"name":"c","context":{"cluster":"k"}}],"current-context":"c"}"#;
+        assert!(parse_json(json).is_some());
+        let config = Kubeconfig::parse(json.as_bytes()).unwrap();
+        assert_eq!(config.current_context.as_deref(), Some("c"));
+        assert_eq!(config.contexts[0].context.as_ref().unwrap().cluster, "k");
+        // A YAML flow mapping is not JSON: the YAML parser reads it, to the same result.
+        let flow =
+            "{kind: Config, contexts: [{name: c, context: {cluster: k}}], current-context: c}";
+        assert!(parse_json(flow).is_none());
+        let config = Kubeconfig::parse(flow.as_bytes()).unwrap();
+        assert_eq!(config.contexts[0].context.as_ref().unwrap().cluster, "k");
+        // JSON the structs do not take (a duplicate field, a wrong type) is the YAML
+        // parser's to refuse, with its words.
+        for refused in [
+            r#"{"kind":"Config","kind":"Config"}"#,
+            r#"{"kind":"Config","contexts":"none"}"#,
+        ] {
+            assert!(parse_json(refused).is_none(), "{refused}");
+            assert!(
+                matches!(
+                    Kubeconfig::parse(refused.as_bytes()),
+                    Err(KubeconfigError::Yaml { .. })
+                ),
+                "{refused}"
+            );
+        }
     }
 }

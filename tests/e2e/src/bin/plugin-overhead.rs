@@ -12,7 +12,9 @@
 //!    (`NativeProber`) each probing the same fake cluster, sequentially, a fresh TLS
 //!    connection per probe for both. The fake server runs as its own process
 //!    (`fake-kube`), so the process CPU time measured here is the client's alone. Rounds
-//!    alternate native and plugin; the ratio is of the median CPU per probe.
+//!    alternate native and plugin; the ratio is of the median CPU per probe. With
+//!    `--prober native` or `--prober plugin` only that prober runs, to profile one side
+//!    (e.g. under `perf record`).
 //!
 //! ```text
 //! scripts/build-plugins
@@ -51,11 +53,13 @@ struct Options {
     plugins: PathBuf,
     test_plugins: PathBuf,
     only: Option<String>,
+    /// `native` or `plugin`: probe with that prober alone (to profile one side).
+    prober: Option<String>,
 }
 
 const USAGE: &str = "plugin-overhead [--calls 10000] [--warmup 1000] [--loads 20] [--cold-loads 5] \
 [--probes 500] [--rounds 5] [--address-block 79] [--server PATH] [--plugins DIR] [--test-plugins DIR] \
-[--only calls|loads|probes]";
+[--only calls|loads|probes] [--prober native|plugin]";
 
 fn options() -> Result<Options, String> {
     let root = Path::new(ROOT);
@@ -73,6 +77,7 @@ fn options() -> Result<Options, String> {
         plugins: root.join("plugins.d"),
         test_plugins: root.join("target/test-plugins"),
         only: None,
+        prober: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -104,6 +109,9 @@ fn options() -> Result<Options, String> {
             "--test-plugins" => options.test_plugins = PathBuf::from(value),
             "--only" if ["calls", "loads", "probes"].contains(&value.as_str()) => {
                 options.only = Some(value);
+            }
+            "--prober" if ["native", "plugin"].contains(&value.as_str()) => {
+                options.prober = Some(value);
             }
             _ => return Err(format!("unknown flag {flag}\n{USAGE}")),
         }
@@ -403,15 +411,39 @@ async fn plugin_vs_native(options: &Options, scratch: &Path) -> Result<Vec<Strin
     let mut plugin_cpu = Vec::new();
     let mut native_wall = Vec::new();
     let mut plugin_wall = Vec::new();
+    let (with_native, with_plugin) = match options.prober.as_deref() {
+        Some("native") => (true, false),
+        Some(_) => (false, true),
+        None => (true, true),
+    };
     for _ in 0..options.rounds {
-        let (cpu, mut walls) = round(options.probes, "native", || native.probe(&target)).await?;
-        native_cpu.push(cpu);
-        native_wall.append(&mut walls);
-        let (cpu, mut walls) = round(options.probes, "plugin", || runtime.probe(&target)).await?;
-        plugin_cpu.push(cpu);
-        plugin_wall.append(&mut walls);
+        if with_native {
+            let (cpu, mut walls) =
+                round(options.probes, "native", || native.probe(&target)).await?;
+            native_cpu.push(cpu);
+            native_wall.append(&mut walls);
+        }
+        if with_plugin {
+            let (cpu, mut walls) =
+                round(options.probes, "plugin", || runtime.probe(&target)).await?;
+            plugin_cpu.push(cpu);
+            plugin_wall.append(&mut walls);
+        }
     }
     drop(server);
+    if !(with_native && with_plugin) {
+        let (who, cpu) = if with_native {
+            ("native", native_cpu)
+        } else {
+            ("plugin", plugin_cpu)
+        };
+        return Ok(vec![format!(
+            "| {who} alone: client CPU per probe (µs), median of {} rounds × {} | {:.0} |",
+            options.rounds,
+            options.probes,
+            median(cpu)
+        )]);
+    }
 
     let rounds_text = |values: &[f64]| {
         values
