@@ -473,7 +473,10 @@ fn append_new_named<T>(base: &mut Vec<T>, next: Vec<T>, name: impl Fn(&T) -> &St
 /// `credentials.kubeconfig` is a JSON rendering of the kube crate's reading of the file,
 /// and a WebAssembly guest parses it in microseconds where the same kubeconfig as YAML
 /// takes it hundreds. Anything the JSON parser refuses (YAML, JSON that does not fit the
-/// structs, duplicate fields) falls back to the YAML parser and its error messages.
+/// structs, duplicate fields) falls back to the YAML parser and its error messages. One
+/// difference is left: a key repeated inside a catch-all map (`other`) keeps its last value
+/// here, where the YAML parser refuses the document; vigil never serves such a document (it
+/// renders what the kube crate accepted), so only JSON a plugin finds elsewhere can show it.
 fn parse_json(text: &str) -> Option<Kubeconfig> {
     if !text.trim_start().starts_with('{') {
         return None;
