@@ -715,10 +715,11 @@ pub const KNOWN_KUBECONFIGS: usize = 4096;
 
 /// Digests of kubeconfig contents that parsed as kubeconfigs, shared by every call.
 ///
-/// `credentials.kubeconfig` serves a file only if it parses as a kubeconfig. The file is
-/// read at every call (it may have changed), but the same bytes parse the same way, so a
-/// content already checked is recognised by its sha256 instead of being parsed again:
-/// a few microseconds instead of the parse. Only successes are remembered; the least
+/// `credentials.kubeconfig` serves a Secret's value only if it parses as a kubeconfig (a
+/// file reference's kubeconfig was parsed by the resolution before the call). The Secret
+/// is read at every call (it may have been rotated), but the same bytes parse the same
+/// way, so a content already checked is recognised by its sha256 instead of being parsed
+/// again: a few microseconds instead of the parse. Only successes are remembered; the least
 /// recently used digest goes first when [`KNOWN_KUBECONFIGS`] are held.
 #[derive(Debug, Default)]
 pub(crate) struct KnownKubeconfigs {

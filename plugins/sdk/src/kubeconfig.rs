@@ -465,7 +465,6 @@ fn append_new_named<T>(base: &mut Vec<T>, next: Vec<T>, name: impl Fn(&T) -> &St
     );
 }
 
-/// Parses kubeconfig text and checks that it is a kubeconfig at all.
 /// A kubeconfig written as JSON, read by a JSON parser: `None` when `text` is not one
 /// JSON object of a kubeconfig's shape, and the YAML parser decides.
 ///
@@ -484,6 +483,7 @@ fn parse_json(text: &str) -> Option<Kubeconfig> {
     serde_json::from_str(text).ok()
 }
 
+/// Parses kubeconfig text and checks that it is a kubeconfig at all.
 fn parse_text(text: &str) -> Result<Kubeconfig, KubeconfigError> {
     if text.trim().is_empty() {
         return Err(KubeconfigError::Empty);
