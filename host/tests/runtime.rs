@@ -596,3 +596,61 @@ async fn wasi_http_requests_meet_the_same_egress_policy_next_to_a_healthy_contro
     assert_eq!(runtime.probe(&control).await, ProbeOutcome::Healthy);
     assert_eq!(foreign.connections(), 0, "the foreign host was reached");
 }
+
+/// Every probe call runs on an instance no other call has used: the `once` plugin answers
+/// healthy only on its instance's first call. One plugin called again and again, then
+/// bursts of calls at the runtime's concurrency bound across six plugins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_call_runs_on_an_instance_no_call_has_used() {
+    let temp = tempfile::tempdir().expect("tempdir");
+    let plugins_dir = temp.path().join("plugins.d");
+    std::fs::create_dir_all(&plugins_dir).expect("create the plugin dir");
+    let names: Vec<String> = (0..6).map(|i| format!("once-{i}")).collect();
+    for name in &names {
+        std::fs::copy(
+            plugin_file("once"),
+            plugins_dir.join(format!("{name}.wasm")),
+        )
+        .expect("copy the plugin");
+        std::fs::write(plugins_dir.join(format!("{name}.toml")), ALL_GRANTS)
+            .expect("write the manifest");
+    }
+    // The runtime is sized for 4 calls at once (`load`).
+    let (runtime, report) = load(&plugins_dir, None).await;
+    assert!(report.refused.is_empty(), "{report:#?}");
+    let target = |plugin: &str| ProbeTarget {
+        cluster: ClusterId(1),
+        name: "c".to_owned(),
+        endpoint: "https://127.0.0.1:9".to_owned(),
+        reference: Reference::parse("/nonexistent/kubeconfig#c").expect("reference"),
+        connection: None,
+        plugin: Some(plugin.to_owned()),
+        timeout: Duration::from_secs(5),
+        labels: BTreeMap::new(),
+        parameters: BTreeMap::new(),
+    };
+
+    for call in 0..20 {
+        let outcome = runtime.probe(&target("once-0")).await;
+        assert_eq!(outcome, ProbeOutcome::Healthy, "call {call}");
+    }
+    for round in 0..6 {
+        let calls: Vec<_> = (0..4)
+            .map(|i| {
+                let name = names[(round + i) % names.len()].clone();
+                let runtime = runtime.clone();
+                let target = target(&name);
+                tokio::spawn(async move { (name, runtime.probe(&target).await) })
+            })
+            .collect();
+        for call in calls {
+            let (name, outcome) = call.await.expect("the call's task");
+            assert_eq!(outcome, ProbeOutcome::Healthy, "{name}, round {round}");
+        }
+    }
+    let calls: u64 = names
+        .iter()
+        .map(|name| runtime.stats(name).expect("loaded").probes)
+        .sum();
+    assert_eq!(calls, 20 + 6 * 4);
+}
