@@ -12,7 +12,9 @@
 //!    (`NativeProber`) each probing the same fake cluster, sequentially, a fresh TLS
 //!    connection per probe for both. The fake server runs as its own process
 //!    (`fake-kube`), so the process CPU time measured here is the client's alone. Rounds
-//!    alternate native and plugin; the ratio is of the median CPU per probe. With
+//!    alternate native and plugin; the ratio is of the median CPU per probe, and each
+//!    plugin round is also divided by the native round just before it (a shared machine's
+//!    load drifts less within a pair than across the run), with the median of those. With
 //!    `--prober native` or `--prober plugin` only that prober runs, to profile one side
 //!    (e.g. under `perf record`).
 //!
@@ -454,6 +456,19 @@ async fn plugin_vs_native(options: &Options, scratch: &Path) -> Result<Vec<Strin
     };
     let native_rounds = rounds_text(&native_cpu);
     let plugin_rounds = rounds_text(&plugin_cpu);
+    // Each plugin round against the native round just before it: on a shared machine the
+    // load drifts between rounds, and a pair of neighbouring rounds sees about the same.
+    let pair_ratios: Vec<f64> = plugin_cpu
+        .iter()
+        .zip(&native_cpu)
+        .map(|(plugin, native)| plugin / native)
+        .collect();
+    let pair_text = pair_ratios
+        .iter()
+        .map(|r| format!("{r:.2}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let pair_ratio = median(pair_ratios);
     let native_cpu = median(native_cpu);
     let plugin_cpu = median(plugin_cpu);
     let (native_wall, plugin_wall) = (median_duration(native_wall), median_duration(plugin_wall));
@@ -470,6 +485,8 @@ async fn plugin_vs_native(options: &Options, scratch: &Path) -> Result<Vec<Strin
             "| **CPU ratio plugin / native** (goal ≤ 1.2) | **{:.2}** |",
             plugin_cpu / native_cpu
         ),
+        format!("| CPU ratio of each round to the native round before it | {pair_text} |"),
+        format!("| CPU ratio, median of the paired rounds | {pair_ratio:.2} |"),
         format!(
             "| wall time per probe, median: native / plugin (µs) | {:.0} / {:.0} |",
             micros(native_wall),
