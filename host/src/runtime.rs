@@ -236,6 +236,12 @@ pub struct PluginSummary {
     pub hash: String,
     /// The capabilities its `NAME.toml` grants (`log`, `credentials`, `http`).
     pub grants: Vec<String>,
+    /// The namespaces whose Secrets it may read (`secret-namespaces`).
+    pub secret_namespaces: Vec<String>,
+    /// The hosts it may reach beyond the cluster's own (`allowed-hosts`).
+    pub allowed_hosts: Vec<String>,
+    /// The cap on its instance's memories and tables, in MiB (`memory-mib`).
+    pub memory_mib: u32,
 }
 
 /// What [`PluginRuntime::load`] did with each file.
@@ -1116,6 +1122,9 @@ async fn load_one(
         cache: cache_status,
         hash,
         grants: manifest.grants(),
+        secret_namespaces: manifest.secret_namespaces.clone(),
+        allowed_hosts: manifest.allowed_hosts.clone(),
+        memory_mib: manifest.memory_mib,
     };
     Ok(LoadedPlugin {
         summary,

@@ -348,6 +348,15 @@ fn plugin_view(status: PluginStatus) -> PluginView {
             .map(|p| p.schemes.clone())
             .unwrap_or_default(),
         priority: current.as_ref().map_or(0, |p| p.priority),
+        memory_mib: current.as_ref().map_or(0, |p| p.memory_mib),
+        secret_namespaces: current
+            .as_ref()
+            .map(|p| p.secret_namespaces.clone())
+            .unwrap_or_default(),
+        allowed_hosts: current
+            .as_ref()
+            .map(|p| p.allowed_hosts.clone())
+            .unwrap_or_default(),
         grants: current.map(|p| p.grants).unwrap_or_default(),
         probes: status.stats.probes,
         faults: status.stats.faults,

@@ -49,6 +49,9 @@ impl PluginCatalog for Catalog {
             schemes: vec!["file".to_owned()],
             priority: 0,
             grants: vec!["credentials".to_owned(), "http".to_owned()],
+            secret_namespaces: vec!["vigil".to_owned()],
+            allowed_hosts: Vec::new(),
+            memory_mib: 64,
             probes: 3,
             faults: 1,
             previous_generation: None,
@@ -965,6 +968,8 @@ async fn plugins_health_readiness_and_metrics_answer() {
     assert_eq!(plugins.body[0]["faults"], 1);
     assert_eq!(plugins.body[0]["state"], "active");
     assert_eq!(plugins.body[0]["generation"], 2);
+    assert_eq!(plugins.body[0]["secret_namespaces"][0], "vigil");
+    assert_eq!(plugins.body[0]["memory_mib"], 64);
     assert_eq!(api.get("/healthz").await.body["status"], "ok");
     let ready = api.get("/readyz").await;
     assert_eq!(

@@ -10,7 +10,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use vigil::client::ApiClient;
 use vigil::store::{ClusterRecord, Store};
 use vigil::worker::wall_clock;
@@ -536,6 +536,16 @@ async fn dropping_kube_secret_in_makes_a_secret_cluster_probeable_without_restar
         remote.last_probed_by.as_ref().map(|b| b.plugin.as_str()),
         Some("kube-secret")
     );
+    // The API shows what the plugin may reach, as its NAME.toml grants it.
+    let listed = vigil.plugin("kube-secret").await;
+    assert_eq!(
+        listed["grants"],
+        json!(["log", "credentials", "http"]),
+        "{listed:#}"
+    );
+    assert_eq!(listed["secret_namespaces"], json!(["vigil"]), "{listed:#}");
+    assert_eq!(listed["allowed_hosts"], json!([]), "{listed:#}");
+    assert_eq!(listed["memory_mib"], 64, "{listed:#}");
     assert!(
         !target.log().entries_for("/api/v1/namespaces").is_empty(),
         "probed through the kubeconfig held by the Secret"

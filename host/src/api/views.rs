@@ -415,8 +415,16 @@ pub struct PluginView {
     pub schemes: Vec<String>,
     /// Its routing priority.
     pub priority: i32,
-    /// The capabilities granted in its `NAME.toml`.
+    /// The capabilities granted in its `NAME.toml`: `log`, `credentials`, `http`.
     pub grants: Vec<String>,
+    /// The namespaces whose Secrets it may read (`secret-namespaces`).
+    pub secret_namespaces: Vec<String>,
+    /// The hosts it may reach beyond each cluster's own (`allowed-hosts`); a request to one
+    /// never counts as talking to the cluster.
+    pub allowed_hosts: Vec<String>,
+    /// The cap on its instance's memories and tables, in MiB (`memory-mib`); 0 when no
+    /// generation is loaded.
+    pub memory_mib: u32,
     /// Probe calls made by this generation.
     pub probes: u64,
     /// Probe calls of this generation that ended inconclusive through its fault.

@@ -216,6 +216,9 @@ pub(crate) async fn load(
         cache: candidate.cache,
         hash: candidate.hash,
         grants: manifest.grants(),
+        secret_namespaces: manifest.secret_namespaces.clone(),
+        allowed_hosts: manifest.allowed_hosts.clone(),
+        memory_mib: manifest.memory_mib,
     };
     Ok(LoadedPlugin {
         summary,
