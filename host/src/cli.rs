@@ -162,6 +162,11 @@ pub struct PluginCheckArgs {
           default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=3600))]
     pub timeout: u32,
 
+    /// Output format: a few lines for people, one JSON object for programs (a refusal
+    /// too: `accepted` false and the engine's `reason`, still exit code 4).
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+
     /// Where kubeconfigs and the database are (with --cluster).
     #[command(flatten)]
     pub sources: SourceArgs,

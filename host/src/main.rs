@@ -236,16 +236,7 @@ fn probe(args: &ProbeArgs) -> ExitCode {
                     + "Nothing was recorded: --apply has the running server probe it and record \
                        the outcome.\n"
             }
-            OutputFormat::Json => json_text(&json!({
-                "cluster": found.record.name,
-                "found_in": found.origin,
-                "outcome": outcome.label(),
-                "reason_class": outcome.class().map(|c| c.as_str()),
-                "message": outcome.message(),
-                "probed_by": probed.by,
-                "elapsed_ms": u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
-                "applied": false,
-            })),
+            OutputFormat::Json => json_text(&probe_json(&found, &probed, elapsed)),
         });
         outcome_code(outcome.label())
     })
@@ -295,6 +286,15 @@ fn plugin_check(args: &PluginCheckArgs) -> ExitCode {
             Ok(checked) => checked,
             Err(error @ CheckError::Refused { .. }) => {
                 eprintln!("refused: {error}");
+                if let (OutputFormat::Json, CheckError::Refused { file, reason }) =
+                    (args.output, &error)
+                {
+                    print(&json_text(&json!({
+                        "file": file.display().to_string(),
+                        "accepted": false,
+                        "reason": reason.to_string(),
+                    })));
+                }
                 return ExitCode::from(EXIT_REFUSED);
             }
             Err(error) => {
@@ -302,8 +302,14 @@ fn plugin_check(args: &PluginCheckArgs) -> ExitCode {
                 return ExitCode::from(EXIT_ERROR);
             }
         };
-        print(&checked.describe());
+        let mut answer = checked.to_json();
+        if args.output == OutputFormat::Table {
+            print(&checked.describe());
+        }
         let Some(name) = &args.cluster else {
+            if args.output == OutputFormat::Json {
+                print(&json_text(&answer));
+            }
             return ExitCode::SUCCESS;
         };
         let database = database_path
@@ -336,12 +342,35 @@ fn plugin_check(args: &PluginCheckArgs) -> ExitCode {
         let settings = WorkerSettings::new(defaults, brake, 1);
         let started = Instant::now();
         let probed = checked.probe(&found.record, &settings).await;
-        print(&format!(
-            "\n{}Nothing was recorded: the probe ran through {} only.\n",
-            probe_text(&found, &probed, started.elapsed()),
-            args.file.display()
-        ));
+        let elapsed = started.elapsed();
+        match args.output {
+            OutputFormat::Table => print(&format!(
+                "\n{}Nothing was recorded: the probe ran through {} only.\n",
+                probe_text(&found, &probed, elapsed),
+                args.file.display()
+            )),
+            OutputFormat::Json => {
+                answer["probe"] = probe_json(&found, &probed, elapsed);
+                print(&json_text(&answer));
+            }
+        }
         outcome_code(probed.outcome.label())
+    })
+}
+
+/// One probe that recorded nothing, for programs (`vigil probe -o json`, and the `probe`
+/// of `vigil plugin check --cluster NAME -o json`).
+fn probe_json(found: &FoundCluster, probed: &Probed, elapsed: Duration) -> serde_json::Value {
+    let outcome = &probed.outcome;
+    json!({
+        "cluster": found.record.name,
+        "found_in": found.origin,
+        "outcome": outcome.label(),
+        "reason_class": outcome.class().map(|c| c.as_str()),
+        "message": outcome.message(),
+        "probed_by": probed.by,
+        "elapsed_ms": u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+        "applied": false,
     })
 }
 

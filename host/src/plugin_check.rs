@@ -178,6 +178,46 @@ impl CheckedPlugin {
         probe_once(&self.runtime, &cluster, settings).await
     }
 
+    /// What [`CheckedPlugin::describe`] says, for programs: the plugin's identity, its
+    /// grants and settings from `NAME.toml` (credential parameters shown as such, never
+    /// their value).
+    pub fn to_json(&self) -> serde_json::Value {
+        let summary = &self.summary;
+        let manifest = &self.manifest;
+        serde_json::json!({
+            "file": self.file.display().to_string(),
+            "accepted": true,
+            "name": summary.name,
+            "self_name": summary.self_name,
+            "version": summary.version,
+            "contract": SUPPORTED_CONTRACT,
+            "world": summary.world,
+            "schemes": summary.schemes,
+            "description": summary.description,
+            "sha256": summary.hash,
+            "manifest": self.manifest_file.as_ref().map(|path| path.display().to_string()),
+            "grants": summary.grants,
+            "secret_namespaces": manifest.secret_namespaces,
+            "allowed_hosts": manifest.allowed_hosts,
+            "priority": manifest.priority,
+            "memory_mib": manifest.memory_mib,
+            "parameters": self.shown_parameters().collect::<serde_json::Map<_, _>>(),
+        })
+    }
+
+    /// The manifest's parameters as they may be shown: a credential reference
+    /// (`file://`, `secret://`) by what it is, not by where it points.
+    fn shown_parameters(&self) -> impl Iterator<Item = (String, serde_json::Value)> + '_ {
+        self.manifest.parameters.iter().map(|(name, value)| {
+            let shown = if value.starts_with("file://") || value.starts_with("secret://") {
+                "(credential reference)"
+            } else {
+                value.as_str()
+            };
+            (name.clone(), serde_json::Value::from(shown))
+        })
+    }
+
     /// What the plugin is and may do, for people.
     pub fn describe(&self) -> String {
         let summary = &self.summary;
@@ -221,16 +261,9 @@ impl CheckedPlugin {
         let _ = writeln!(text, "extra hosts:  {}", list(&manifest.allowed_hosts));
         let _ = writeln!(text, "priority:     {}", manifest.priority);
         let _ = writeln!(text, "memory:       {} MiB", manifest.memory_mib);
-        let parameters: Vec<String> = manifest
-            .parameters
-            .iter()
-            .map(|(name, value)| {
-                if value.starts_with("file://") || value.starts_with("secret://") {
-                    format!("{name} = (credential reference)")
-                } else {
-                    format!("{name} = {value}")
-                }
-            })
+        let parameters: Vec<String> = self
+            .shown_parameters()
+            .map(|(name, value)| format!("{name} = {}", value.as_str().unwrap_or_default()))
             .collect();
         let _ = writeln!(text, "parameters:   {}", list(&parameters));
         text

@@ -149,6 +149,67 @@ fn the_template_and_first_party_plugins_are_accepted_with_their_info_and_grants(
 }
 
 #[test]
+fn json_output_says_the_same_for_programs() {
+    let temp = tempfile::tempdir().expect("tempdir");
+    let dir = temp.path();
+    let template = stage(
+        dir,
+        "plugin-template",
+        &built("target/test-plugins/plugin-template.wasm"),
+        Some(&root().join("examples/plugin-template/plugin-template.toml")),
+    );
+    let run = check(dir, &[template.to_str().expect("utf-8"), "-o", "json"], &[]);
+    assert_eq!(run.code, Some(0), "{run}");
+    let answer: serde_json::Value = serde_json::from_str(&run.stdout).expect("one JSON object");
+    assert_eq!(answer["accepted"], true, "{run}");
+    assert_eq!(answer["file"], template.display().to_string(), "{run}");
+    assert_eq!(answer["name"], "plugin-template", "{run}");
+    assert_eq!(answer["contract"], "vigil:plugin@0.1.0", "{run}");
+    assert_eq!(answer["world"], "probe", "{run}");
+    assert_eq!(
+        answer["schemes"],
+        serde_json::json!(["http", "https"]),
+        "{run}"
+    );
+    assert_eq!(
+        answer["grants"],
+        serde_json::json!(["log", "http"]),
+        "{run}"
+    );
+    assert_eq!(answer["parameters"]["expected-status"], "200", "{run}");
+    assert_eq!(answer["memory_mib"], 64, "{run}");
+    assert!(
+        answer["manifest"]
+            .as_str()
+            .is_some_and(|path| path.ends_with("plugin-template.toml")),
+        "{run}"
+    );
+    assert!(
+        answer.get("probe").is_none(),
+        "no --cluster, no probe: {run}"
+    );
+
+    // A refusal is an object too, with the engine's reason, and still exit code 4.
+    let text = dir.join("not-a-component.wasm");
+    std::fs::write(&text, "this is text, not wasm").expect("write");
+    let run = check(dir, &[text.to_str().expect("utf-8"), "-o", "json"], &[]);
+    assert_eq!(run.code, Some(4), "{run}");
+    let answer: serde_json::Value = serde_json::from_str(&run.stdout).expect("one JSON object");
+    assert_eq!(answer["accepted"], false, "{run}");
+    assert_eq!(answer["file"], text.display().to_string(), "{run}");
+    assert!(
+        answer["reason"]
+            .as_str()
+            .is_some_and(|reason| reason.contains("is not a WebAssembly component")),
+        "{run}"
+    );
+    assert!(
+        !run.stdout.contains("vigil-plugin-check-"),
+        "a private path leaked: {run}"
+    );
+}
+
+#[test]
 fn refused_files_are_named_with_the_engines_reason_and_exit_4() {
     let temp = tempfile::tempdir().expect("tempdir");
     let dir = temp.path();
@@ -286,6 +347,36 @@ async fn a_cluster_is_probed_once_through_the_plugin_and_the_database_is_unchang
         before,
         "the database is unchanged"
     );
+    // The same for programs: one JSON object, the plugin and the probe.
+    let run = {
+        let mut command = vigil(dir);
+        command
+            .args(["plugin", "check", plugin.to_str().expect("utf-8")])
+            .args(["--cluster", "registered", "-o", "json"])
+            .env("DATABASE_URL", &database_url)
+            .env("KUBECONFIG_DIR", &kubeconfigs)
+            .env("VIGIL_CACHE_DIR", dir.join("cache"))
+            .env("RUST_LOG", "error");
+        Run::of(&command.output().expect("run vigil"))
+    };
+    assert_eq!(run.code, Some(0), "{run}");
+    let answer: serde_json::Value = serde_json::from_str(&run.stdout).expect("one JSON object");
+    assert_eq!(answer["accepted"], true, "{run}");
+    assert_eq!(answer["name"], "kubeconfig-file", "{run}");
+    assert_eq!(answer["probe"]["cluster"], "registered", "{run}");
+    assert_eq!(answer["probe"]["found_in"], "the database", "{run}");
+    assert_eq!(answer["probe"]["outcome"], "healthy", "{run}");
+    assert_eq!(
+        answer["probe"]["probed_by"]["plugin"], "kubeconfig-file",
+        "{run}"
+    );
+    assert_eq!(answer["probe"]["applied"], false, "{run}");
+    assert_eq!(cluster.log().entries_for("/api/v1/namespaces").len(), 2);
+    assert_eq!(
+        std::fs::read(&database).expect("read the database"),
+        before,
+        "the database is still unchanged"
+    );
     // The template accepts only http(s) references: the kubeconfig context found by
     // discovery is not routed to it, and the command says so with exit code 3.
     let template = stage(
@@ -315,8 +406,8 @@ async fn a_cluster_is_probed_once_through_the_plugin_and_the_database_is_unchang
     assert!(run.stdout.contains("reason:   no-plugin"), "{run}");
     assert_eq!(
         cluster.log().entries_for("/api/v1/namespaces").len(),
-        1,
-        "no second probe"
+        2,
+        "no third probe"
     );
 
     // An unknown cluster is an error of the command.
