@@ -356,14 +356,36 @@ impl Generation for LoadedPlugin {
     }
 }
 
-/// Routing decisions are cached per cluster, reference and plugin generation:
-/// `accepts` is asked once, not per probe, and again after a replacement.
-type RouteKey = (ClusterId, String, Arc<str>, u64);
+/// A cluster's routing decisions: `accepts` is asked once per plugin generation, not per
+/// probe, and again after a replacement or when what it is shown of the cluster (name,
+/// endpoint, reference, labels, parameters: [`accepts_fingerprint`]) changes.
+#[derive(Debug, Default)]
+struct ClusterRoutes {
+    /// What the answers below were given for.
+    shown: u64,
+    /// Per plugin name and generation.
+    accepts: HashMap<(Arc<str>, u64), bool>,
+}
+
+/// A digest of what `accepts` is shown of `target` (apart from the plugin's own
+/// parameter defaults, fixed for a generation): two targets with the same digest get the
+/// same answer from a plugin generation.
+fn accepts_fingerprint(target: &ProbeTarget) -> u64 {
+    use std::hash::{Hash, Hasher};
+    // SipHash with fixed keys: the same digest for the same input within the process.
+    let mut hasher = std::hash::DefaultHasher::new();
+    target.name.hash(&mut hasher);
+    target.endpoint.hash(&mut hasher);
+    target.reference.to_string().hash(&mut hasher);
+    target.labels.hash(&mut hasher);
+    target.parameters.hash(&mut hasher);
+    hasher.finish()
+}
 
 struct Inner {
     // Declared first so that plugins (which hold engine resources) drop before it.
     catalog: Mutex<Catalog<LoadedPlugin>>,
-    routes: Mutex<HashMap<RouteKey, bool>>,
+    routes: Mutex<HashMap<ClusterId, ClusterRoutes>>,
     /// One reload at a time: the directory is compared with the catalog as a whole.
     reloading: tokio::sync::Mutex<()>,
     plugin_dir: PathBuf,
@@ -585,7 +607,7 @@ impl PluginRuntime {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn routes(&self) -> std::sync::MutexGuard<'_, HashMap<RouteKey, bool>> {
+    fn routes(&self) -> std::sync::MutexGuard<'_, HashMap<ClusterId, ClusterRoutes>> {
         self.inner
             .routes
             .lock()
@@ -667,21 +689,29 @@ impl PluginRuntime {
                 }),
             };
         }
-        let reference = target.reference.to_string();
+        let shown = accepts_fingerprint(target);
         let routing = self.catalog().routing();
         for plugin in routing.iter().filter(|p| !p.is_audit()) {
-            let key = (
-                target.cluster,
-                reference.clone(),
-                Arc::clone(&plugin.name),
-                plugin.summary.generation,
-            );
-            let cached = self.routes().get(&key).copied();
+            let key = (Arc::clone(&plugin.name), plugin.summary.generation);
+            let cached = self
+                .routes()
+                .get(&target.cluster)
+                .filter(|routes| routes.shown == shown)
+                .and_then(|routes| routes.accepts.get(&key).copied());
             let accepts = match cached {
                 Some(accepts) => accepts,
                 None => {
                     let accepts = self.accepts(plugin, target).await;
-                    self.routes().insert(key, accepts);
+                    let mut routes = self.routes();
+                    let routes = routes.entry(target.cluster).or_default();
+                    if routes.shown != shown {
+                        // Decided for the cluster as it was shown before: stale.
+                        *routes = ClusterRoutes {
+                            shown,
+                            accepts: HashMap::new(),
+                        };
+                    }
+                    routes.accepts.insert(key, accepts);
                     accepts
                 }
             };

@@ -654,3 +654,50 @@ async fn every_call_runs_on_an_instance_no_call_has_used() {
         .sum();
     assert_eq!(calls, 20 + 6 * 4);
 }
+
+/// Routing follows what `accepts` is shown: the `picky` plugin (ahead in priority) accepts
+/// only clusters labelled `route=picky`, `noop` accepts every kubeconfig file reference.
+/// The same cluster, with the same reference, is routed again when its labels change (as
+/// `PATCH /api/v1/clusters/{name}` changes them), both ways.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routing_follows_the_labels_accepts_reads() {
+    let temp = tempfile::tempdir().expect("tempdir");
+    let dir = plugin_dir(
+        temp.path(),
+        &[("picky", "priority = 10\n"), ("noop", "priority = 1\n")],
+    );
+    let (runtime, report) = load(&dir, None).await;
+    assert!(report.refused.is_empty(), "{report:#?}");
+    let target = |labels: &[(&str, &str)]| ProbeTarget {
+        cluster: ClusterId(7),
+        name: "c".to_owned(),
+        endpoint: "https://127.0.0.1:9".to_owned(),
+        reference: Reference::parse("/nonexistent/kubeconfig#c").expect("reference"),
+        connection: None,
+        plugin: None,
+        timeout: Duration::from_secs(5),
+        labels: labels
+            .iter()
+            .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
+            .collect(),
+        parameters: BTreeMap::new(),
+    };
+    let routed_to = |target: ProbeTarget| {
+        let runtime = runtime.clone();
+        async move {
+            let probed = runtime.probe_attributed(&target).await;
+            assert_eq!(probed.outcome, ProbeOutcome::Healthy, "{probed:?}");
+            probed.by.map(|by| by.plugin)
+        }
+    };
+
+    let picky = [("route", "picky")];
+    assert_eq!(routed_to(target(&picky)).await.as_deref(), Some("picky"));
+    assert_eq!(routed_to(target(&picky)).await.as_deref(), Some("picky"));
+    assert_eq!(routed_to(target(&[])).await.as_deref(), Some("noop"));
+    assert_eq!(
+        routed_to(target(&[("route", "other")])).await.as_deref(),
+        Some("noop")
+    );
+    assert_eq!(routed_to(target(&picky)).await.as_deref(), Some("picky"));
+}
