@@ -171,44 +171,10 @@ pub struct PluginCheckArgs {
     #[command(flatten)]
     pub sources: SourceArgs,
 
-    /// Directories under which credential files may lie, `:`-separated, as for `vigil
-    /// serve` (with --cluster).
-    #[arg(
-        long = "credential-dirs",
-        env = "VIGIL_CREDENTIAL_DIRS",
-        value_name = "VIGIL_CREDENTIAL_DIRS",
-        value_delimiter = ':'
-    )]
-    pub credential_dirs: Vec<PathBuf>,
-
-    /// Where compiled plugins are cached [default: $XDG_CACHE_HOME/vigil, else ~/.cache/vigil].
-    #[arg(
-        long = "cache-dir",
-        env = "VIGIL_CACHE_DIR",
-        value_name = "VIGIL_CACHE_DIR"
-    )]
-    pub cache_dir: Option<PathBuf>,
-
-    /// The XDG base directory for caches, read when VIGIL_CACHE_DIR is unset.
-    #[arg(long = "xdg-cache-home", env = "XDG_CACHE_HOME", hide = true)]
-    pub xdg_cache_home: Option<PathBuf>,
-
-    /// The management cluster's kubeconfig, for `secret://` references (with --cluster),
-    /// as for `vigil serve`.
-    #[arg(
-        long = "management-kubeconfig",
-        env = "VIGIL_MANAGEMENT_KUBECONFIG",
-        value_name = "VIGIL_MANAGEMENT_KUBECONFIG"
-    )]
-    pub management_kubeconfig: Option<PathBuf>,
-
-    /// Set by Kubernetes in every pod: in-cluster config for the management cluster.
-    #[arg(
-        long = "kubernetes-service-host",
-        env = "KUBERNETES_SERVICE_HOST",
-        hide = true
-    )]
-    pub kubernetes_service_host: Option<String>,
+    /// Credential directories, cache and management cluster, as for `vigil serve` (the
+    /// credential settings matter with --cluster).
+    #[command(flatten)]
+    pub access: PluginAccessArgs,
 }
 
 impl PluginCheckArgs {
@@ -221,13 +187,9 @@ impl PluginCheckArgs {
     ) -> Result<PluginConfig, SettingError> {
         PluginArgs {
             plugin_dir: plugin_dir.to_path_buf(),
-            credential_dirs: self.credential_dirs.clone(),
-            cache_dir: self.cache_dir.clone(),
-            xdg_cache_home: self.xdg_cache_home.clone(),
+            access: self.access.clone(),
             probation_probes: ProbationPolicy::default().probes,
             probation_max_inconclusive: ProbationPolicy::default().max_inconclusive_ratio,
-            management_kubeconfig: self.management_kubeconfig.clone(),
-            kubernetes_service_host: self.kubernetes_service_host.clone(),
         }
         .config(home_dir)
     }
@@ -548,6 +510,36 @@ pub struct PluginArgs {
     )]
     pub plugin_dir: PathBuf,
 
+    /// Credential directories, compiled-plugin cache, management cluster.
+    #[command(flatten)]
+    pub access: PluginAccessArgs,
+
+    /// How many probes a replaced plugin's new generation is judged on before the
+    /// previous generation is released; 0 replaces without probation.
+    #[arg(
+        long = "plugin-probation-probes",
+        env = "VIGIL_PLUGIN_PROBATION_PROBES",
+        value_name = "VIGIL_PLUGIN_PROBATION_PROBES",
+        default_value_t = ProbationPolicy::default().probes
+    )]
+    pub probation_probes: u32,
+
+    /// The largest share (0–1) of those probes that may be inconclusive; past it the
+    /// new generation is marked failed and the previous one serves again.
+    #[arg(
+        long = "plugin-probation-max-inconclusive",
+        env = "VIGIL_PLUGIN_PROBATION_MAX_INCONCLUSIVE",
+        value_name = "VIGIL_PLUGIN_PROBATION_MAX_INCONCLUSIVE",
+        default_value_t = ProbationPolicy::default().max_inconclusive_ratio,
+        value_parser = parse_share
+    )]
+    pub probation_max_inconclusive: f64,
+}
+
+/// What plugins may read and where their compiled code goes: the settings `vigil serve`
+/// and `vigil plugin check` share.
+#[derive(Debug, Clone, Args)]
+pub struct PluginAccessArgs {
     /// More directories under which credential files may lie, `:`-separated (file
     /// references of manually registered clusters and `file:///` plugin parameters; the
     /// kubeconfig sources are always allowed).
@@ -571,26 +563,6 @@ pub struct PluginArgs {
     #[arg(long = "xdg-cache-home", env = "XDG_CACHE_HOME", hide = true)]
     pub xdg_cache_home: Option<PathBuf>,
 
-    /// How many probes a replaced plugin's new generation is judged on before the
-    /// previous generation is released; 0 replaces without probation.
-    #[arg(
-        long = "plugin-probation-probes",
-        env = "VIGIL_PLUGIN_PROBATION_PROBES",
-        value_name = "VIGIL_PLUGIN_PROBATION_PROBES",
-        default_value_t = ProbationPolicy::default().probes
-    )]
-    pub probation_probes: u32,
-
-    /// The largest share (0–1) of those probes that may be inconclusive; past it the
-    /// new generation is marked failed and the previous one serves again.
-    #[arg(
-        long = "plugin-probation-max-inconclusive",
-        env = "VIGIL_PLUGIN_PROBATION_MAX_INCONCLUSIVE",
-        value_name = "VIGIL_PLUGIN_PROBATION_MAX_INCONCLUSIVE",
-        default_value_t = ProbationPolicy::default().max_inconclusive_ratio,
-        value_parser = parse_share
-    )]
-    pub probation_max_inconclusive: f64,
     /// The kubeconfig (its current context) of the management cluster whose Secrets hold
     /// the kubeconfigs of `secret://` references [default: in-cluster config when vigil
     /// runs in a pod; else `secret://` clusters are not probeable]. It takes precedence
@@ -634,6 +606,7 @@ impl PluginArgs {
             plugin_dir: self.plugin_dir.clone(),
             cache_dir: self.cache_dir(home_dir)?,
             credential_dirs: self
+                .access
                 .credential_dirs
                 .iter()
                 .filter(|p| !p.as_os_str().is_empty())
@@ -645,12 +618,13 @@ impl PluginArgs {
                 max_inconclusive_ratio: self.probation_max_inconclusive,
             },
             management: ManagementCluster::choose(
-                self.management_kubeconfig
+                self.access
+                    .management_kubeconfig
                     .clone()
                     .filter(|p| !p.as_os_str().is_empty())
                     .map(crate::discovery::absolute)
                     .as_deref(),
-                self.kubernetes_service_host.as_deref(),
+                self.access.kubernetes_service_host.as_deref(),
             ),
         })
     }
@@ -660,9 +634,14 @@ impl PluginArgs {
     /// `~/.cache/vigil`. It must not lie inside the plugin directory: that directory
     /// holds what operators drop in, the cache only what vigil wrote itself.
     fn cache_dir(&self, home_dir: Option<&Path>) -> Result<Option<PathBuf>, SettingError> {
-        let explicit = self.cache_dir.clone().filter(|p| !p.as_os_str().is_empty());
+        let explicit = self
+            .access
+            .cache_dir
+            .clone()
+            .filter(|p| !p.as_os_str().is_empty());
         let cache_dir = explicit.clone().or_else(|| {
-            self.xdg_cache_home
+            self.access
+                .xdg_cache_home
                 .as_ref()
                 .filter(|p| p.is_absolute())
                 .map(|p| p.join("vigil"))
