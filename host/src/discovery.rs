@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use kube::config::{
-    AuthInfo, Cluster, Kubeconfig, KubeconfigError, NamedAuthInfo, NamedCluster, NamedContext,
+    Cluster, Kubeconfig, KubeconfigError, NamedAuthInfo, NamedCluster, NamedContext,
 };
 use notify_debouncer_full::notify::{self, Event, EventKind, RecommendedWatcher, RecursiveMode};
 use notify_debouncer_full::{DebounceEventResult, Debouncer, RecommendedCache, new_debouncer};
@@ -481,17 +481,13 @@ fn is_referenceable_context(name: &str) -> bool {
 pub(crate) struct ContextParts<'a> {
     /// The cluster's entry, as the file has it.
     pub(crate) cluster_entry: &'a NamedCluster,
-    /// The user's entry, when the context names a user.
+    /// The user's entry, when the context names a user (an entry without a `user:` body
+    /// means "no credentials", like an empty one).
     pub(crate) user_entry: Option<&'a NamedAuthInfo>,
-    /// The cluster's name.
-    pub(crate) cluster_name: &'a str,
     /// The cluster's definition.
     pub(crate) cluster: &'a Cluster,
     /// The cluster's server URL, checked to be `http(s)://HOST…` without credentials.
     pub(crate) server: &'a str,
-    /// The user's name and definition (absent for a `user:` entry without a body), when the
-    /// context names a user.
-    pub(crate) user: Option<(&'a str, Option<&'a AuthInfo>)>,
 }
 
 /// Finds a context's cluster and user in the same file, as kubectl does.
@@ -526,8 +522,6 @@ pub(crate) fn context_parts<'a>(
                 })?,
         ),
     };
-    // An entry without a `user:` body means "no credentials", like an empty one.
-    let user = user_entry.map(|found| (found.name.as_str(), found.auth_info.as_ref()));
     let cluster = found_cluster
         .cluster
         .as_ref()
@@ -561,10 +555,8 @@ pub(crate) fn context_parts<'a>(
     Ok(ContextParts {
         cluster_entry: found_cluster,
         user_entry,
-        cluster_name: &found_cluster.name,
         cluster,
         server,
-        user,
     })
 }
 

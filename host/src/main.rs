@@ -286,14 +286,8 @@ fn plugin_check(args: &PluginCheckArgs) -> ExitCode {
             Ok(checked) => checked,
             Err(error @ CheckError::Refused { .. }) => {
                 eprintln!("refused: {error}");
-                if let (OutputFormat::Json, CheckError::Refused { file, reason }) =
-                    (args.output, &error)
-                {
-                    print(&json_text(&json!({
-                        "file": file.display().to_string(),
-                        "accepted": false,
-                        "reason": reason.to_string(),
-                    })));
+                if let (OutputFormat::Json, Some(refusal)) = (args.output, error.refusal_json()) {
+                    print(&json_text(&refusal));
                 }
                 return ExitCode::from(EXIT_REFUSED);
             }
@@ -302,16 +296,16 @@ fn plugin_check(args: &PluginCheckArgs) -> ExitCode {
                 return ExitCode::from(EXIT_ERROR);
             }
         };
-        let mut answer = checked.to_json();
+        let Some(name) = &args.cluster else {
+            print(&match args.output {
+                OutputFormat::Table => checked.describe(),
+                OutputFormat::Json => json_text(&checked.to_json()),
+            });
+            return ExitCode::SUCCESS;
+        };
         if args.output == OutputFormat::Table {
             print(&checked.describe());
         }
-        let Some(name) = &args.cluster else {
-            if args.output == OutputFormat::Json {
-                print(&json_text(&answer));
-            }
-            return ExitCode::SUCCESS;
-        };
         let database = database_path
             .as_deref()
             .map(|path| (args.sources.database_url.as_str(), path));
@@ -350,6 +344,7 @@ fn plugin_check(args: &PluginCheckArgs) -> ExitCode {
                 args.file.display()
             )),
             OutputFormat::Json => {
+                let mut answer = checked.to_json();
                 answer["probe"] = probe_json(&found, &probed, elapsed);
                 print(&json_text(&answer));
             }

@@ -56,6 +56,21 @@ pub enum CheckError {
     },
 }
 
+impl CheckError {
+    /// A refusal, for programs (`vigil plugin check -o json`): the file, `accepted` false
+    /// and the engine's reason. `None` for the errors of the command itself.
+    pub fn refusal_json(&self) -> Option<serde_json::Value> {
+        let Self::Refused { file, reason } = self else {
+            return None;
+        };
+        Some(serde_json::json!({
+            "file": file.display().to_string(),
+            "accepted": false,
+            "reason": reason.to_string(),
+        }))
+    }
+}
+
 /// A plugin file that loaded, with the runtime that holds it.
 #[derive(Debug)]
 pub struct CheckedPlugin {
@@ -201,20 +216,23 @@ impl CheckedPlugin {
             "allowed_hosts": manifest.allowed_hosts,
             "priority": manifest.priority,
             "memory_mib": manifest.memory_mib,
-            "parameters": self.shown_parameters().collect::<serde_json::Map<_, _>>(),
+            "parameters": self
+                .shown_parameters()
+                .map(|(name, value)| (name.to_owned(), serde_json::Value::from(value)))
+                .collect::<serde_json::Map<_, _>>(),
         })
     }
 
     /// The manifest's parameters as they may be shown: a credential reference
     /// (`file://`, `secret://`) by what it is, not by where it points.
-    fn shown_parameters(&self) -> impl Iterator<Item = (String, serde_json::Value)> + '_ {
+    fn shown_parameters(&self) -> impl Iterator<Item = (&str, &str)> {
         self.manifest.parameters.iter().map(|(name, value)| {
             let shown = if value.starts_with("file://") || value.starts_with("secret://") {
                 "(credential reference)"
             } else {
                 value.as_str()
             };
-            (name.clone(), serde_json::Value::from(shown))
+            (name.as_str(), shown)
         })
     }
 
@@ -263,7 +281,7 @@ impl CheckedPlugin {
         let _ = writeln!(text, "memory:       {} MiB", manifest.memory_mib);
         let parameters: Vec<String> = self
             .shown_parameters()
-            .map(|(name, value)| format!("{name} = {}", value.as_str().unwrap_or_default()))
+            .map(|(name, value)| format!("{name} = {value}"))
             .collect();
         let _ = writeln!(text, "parameters:   {}", list(&parameters));
         text

@@ -318,8 +318,11 @@ fn resolve_config(
     let parts =
         discovery::context_parts(config, named).map_err(|problem| broken(problem.to_string()))?;
     let no_credentials = AuthInfo::default();
-    let (user_name, user) = match parts.user {
-        Some((name, user)) => (name, user.unwrap_or(&no_credentials)),
+    let (user_name, user) = match parts.user_entry {
+        Some(entry) => (
+            entry.name.as_str(),
+            entry.auth_info.as_ref().unwrap_or(&no_credentials),
+        ),
         None => ("", &no_credentials),
     };
     let owner = format!("user {user_name:?} of context {context_name:?}");
@@ -361,7 +364,7 @@ fn resolve_config(
     let cluster = parts.cluster;
     let cluster_owner = format!(
         "cluster {:?} of context {context_name:?}",
-        parts.cluster_name
+        parts.cluster_entry.name
     );
     let insecure_skip_tls_verify = cluster.insecure_skip_tls_verify.unwrap_or(false);
     let ca = material(

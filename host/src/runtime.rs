@@ -376,7 +376,7 @@ fn accepts_fingerprint(target: &ProbeTarget) -> u64 {
     let mut hasher = std::hash::DefaultHasher::new();
     target.name.hash(&mut hasher);
     target.endpoint.hash(&mut hasher);
-    target.reference.to_string().hash(&mut hasher);
+    target.reference.hash(&mut hasher);
     target.labels.hash(&mut hasher);
     target.parameters.hash(&mut hasher);
     hasher.finish()
