@@ -11,10 +11,18 @@ use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAlloc
 /// a deadline is enforced to within one tick.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
 
-/// The guard region after each linear memory. Small, because memories are reserved
-/// for their cap only (explicit bounds checks), and the pool multiplies every byte
-/// reserved by its number of slots.
-const MEMORY_GUARD_BYTES: u64 = 64 * 1024;
+/// The address space reserved for each linear memory: the whole 32-bit index space, so
+/// that compiled code needs no explicit bounds check — an access past the accessible
+/// part (the plugin's cap at most) lands in reserved, inaccessible pages and traps. It is
+/// only address space (about 4 GiB a pool slot, nothing resident); wasmtime's own default.
+/// Reserving only the cap instead cost the `kubeconfig-file` plugin about 54,000 more
+/// instructions a probe — a fifth of its guest code's (BENCHMARKS.md, "Instruction
+/// counts").
+const MEMORY_RESERVATION_BYTES: u64 = 1 << 32;
+
+/// The guard region after each linear memory, which lets a load's or store's static
+/// offset go unchecked too; wasmtime's default.
+const MEMORY_GUARD_BYTES: u64 = 32 << 20;
 
 /// Memories a component may have. A Rust `wasm32-wasip2` component has one.
 const MEMORIES_PER_COMPONENT: u32 = 2;
@@ -82,7 +90,7 @@ impl SharedEngine {
             .wasm_component_model(true)
             .epoch_interruption(true)
             .parallel_compilation(true)
-            .memory_reservation(max_memory_bytes)
+            .memory_reservation(MEMORY_RESERVATION_BYTES)
             .memory_guard_size(MEMORY_GUARD_BYTES)
             .memory_reservation_for_growth(0)
             .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));

@@ -11,9 +11,9 @@ use crate::reference::Reference;
 /// The memory cap of a plugin whose `NAME.toml` does not set `memory-mib`.
 pub const DEFAULT_MEMORY_MIB: u32 = 64;
 
-/// The largest `memory-mib` a plugin may ask for: the engine's pool reserves address
-/// space for the largest cap of the loaded plugins, so one file must not be able to
-/// make it reserve gigabytes per slot.
+/// The largest `memory-mib` a plugin may ask for: the engine's pool slots are sized for
+/// the largest cap of the loaded plugins, and every concurrent call may use its plugin's
+/// whole cap, so one file must not be able to claim gigabytes per call.
 pub const MAX_MEMORY_MIB: u32 = 1024;
 
 /// The largest `NAME.toml` read; a bigger one is refused without being parsed.

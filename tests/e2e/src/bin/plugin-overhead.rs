@@ -16,7 +16,9 @@
 //!    plugin round is also divided by the native round just before it (a shared machine's
 //!    load drifts less within a pair than across the run), with the median of those. With
 //!    `--prober native` or `--prober plugin` only that prober runs, to profile one side
-//!    (e.g. under `perf record`).
+//!    (e.g. under `perf record`), and with `--clock none` the CPU clock is not read, so
+//!    that the probes can run under valgrind, which counts their instructions
+//!    (`scripts/bench-instructions`; the vDSO clock does not run under valgrind).
 //!
 //! ```text
 //! scripts/build-plugins
@@ -57,11 +59,27 @@ struct Options {
     only: Option<String>,
     /// `native` or `plugin`: probe with that prober alone (to profile one side).
     prober: Option<String>,
+    /// The process CPU clock, or none (`--clock none`, for valgrind).
+    clock: CpuClock,
+}
+
+/// The process CPU clock, or none: then every reading is zero.
+#[derive(Debug, Clone, Copy)]
+struct CpuClock(bool);
+
+impl CpuClock {
+    fn now(self) -> Duration {
+        if self.0 {
+            process_cpu()
+        } else {
+            Duration::ZERO
+        }
+    }
 }
 
 const USAGE: &str = "plugin-overhead [--calls 10000] [--warmup 1000] [--loads 20] [--cold-loads 5] \
 [--probes 500] [--rounds 5] [--address-block 79] [--server PATH] [--plugins DIR] [--test-plugins DIR] \
-[--only calls|loads|probes] [--prober native|plugin]";
+[--only calls|loads|probes] [--prober native|plugin] [--clock cpu|none]";
 
 fn options() -> Result<Options, String> {
     let root = Path::new(ROOT);
@@ -80,6 +98,7 @@ fn options() -> Result<Options, String> {
         test_plugins: root.join("target/test-plugins"),
         only: None,
         prober: None,
+        clock: CpuClock(true),
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -115,8 +134,16 @@ fn options() -> Result<Options, String> {
             "--prober" if ["native", "plugin"].contains(&value.as_str()) => {
                 options.prober = Some(value);
             }
+            "--clock" if ["cpu", "none"].contains(&value.as_str()) => {
+                options.clock = CpuClock(value == "cpu");
+            }
             _ => return Err(format!("unknown flag {flag}\n{USAGE}")),
         }
+    }
+    if !options.clock.0 && (options.only.as_deref() != Some("probes") || options.prober.is_none()) {
+        return Err(format!(
+            "--clock none measures nothing itself: use it with --only probes and --prober\n{USAGE}"
+        ));
     }
     Ok(options)
 }
@@ -399,9 +426,9 @@ async fn plugin_vs_native(options: &Options, scratch: &Path) -> Result<Vec<Strin
     let native = NativeProber::default();
 
     // What the loaded runtime costs at rest (its epoch ticker), counted in both.
-    let idle_before = process_cpu();
+    let idle_before = options.clock.now();
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let idle = process_cpu().saturating_sub(idle_before);
+    let idle = options.clock.now().saturating_sub(idle_before);
 
     let warmup = (options.probes / 10).max(20);
     for _ in 0..warmup {
@@ -420,14 +447,18 @@ async fn plugin_vs_native(options: &Options, scratch: &Path) -> Result<Vec<Strin
     };
     for _ in 0..options.rounds {
         if with_native {
-            let (cpu, mut walls) =
-                round(options.probes, "native", || native.probe(&target)).await?;
+            let (cpu, mut walls) = round(options.probes, options.clock, "native", || {
+                native.probe(&target)
+            })
+            .await?;
             native_cpu.push(cpu);
             native_wall.append(&mut walls);
         }
         if with_plugin {
-            let (cpu, mut walls) =
-                round(options.probes, "plugin", || runtime.probe(&target)).await?;
+            let (cpu, mut walls) = round(options.probes, options.clock, "plugin", || {
+                runtime.probe(&target)
+            })
+            .await?;
             plugin_cpu.push(cpu);
             plugin_wall.append(&mut walls);
         }
@@ -439,6 +470,12 @@ async fn plugin_vs_native(options: &Options, scratch: &Path) -> Result<Vec<Strin
         } else {
             ("plugin", plugin_cpu)
         };
+        if !options.clock.0 {
+            return Ok(vec![format!(
+                "| {who} alone: {} rounds × {} probes, CPU clock not read | – |",
+                options.rounds, options.probes,
+            )]);
+        }
         return Ok(vec![format!(
             "| {who} alone: client CPU per probe (µs), median of {} rounds × {} | {:.0} |",
             options.rounds,
@@ -508,20 +545,25 @@ fn expect_healthy(who: &str, outcome: &ProbeOutcome) -> Result<(), String> {
 }
 
 /// `probes` sequential probes; the process CPU per probe in µs, and each probe's wall time.
-async fn round<F, Fut>(probes: usize, who: &str, probe: F) -> Result<(f64, Vec<Duration>), String>
+async fn round<F, Fut>(
+    probes: usize,
+    clock: CpuClock,
+    who: &str,
+    probe: F,
+) -> Result<(f64, Vec<Duration>), String>
 where
     F: Fn() -> Fut,
     Fut: Future<Output = ProbeOutcome>,
 {
     let mut walls = Vec::with_capacity(probes);
-    let before = process_cpu();
+    let before = clock.now();
     for _ in 0..probes {
         let started = Instant::now();
         let outcome = probe().await;
         walls.push(started.elapsed());
         expect_healthy(who, &outcome)?;
     }
-    let cpu = process_cpu().saturating_sub(before);
+    let cpu = clock.now().saturating_sub(before);
     Ok((micros(cpu) / probes as f64, walls))
 }
 
