@@ -435,20 +435,24 @@ fn looks_like_pem(bytes: &[u8]) -> bool {
 /// The token as sent: a token file's content without surrounding white space (client-go
 /// trims it too); refused when empty or when it could break the header.
 fn bearer_token(token: &SecretBytes, selection: &Selection) -> Result<String, ProbeError> {
-    let owner = format!(
-        "user {:?} of context {:?}",
-        selection.user.as_deref().unwrap_or_default(),
-        selection.context
-    );
+    // Formatted only for an error.
+    let owner = || {
+        format!(
+            "user {:?} of context {:?}",
+            selection.user.as_deref().unwrap_or_default(),
+            selection.context
+        )
+    };
     let text = std::str::from_utf8(token.expose_secret())
-        .map_err(|_| broken(format!("the bearer token of {owner} is not text")))?
+        .map_err(|_| broken(format!("the bearer token of {} is not text", owner())))?
         .trim();
     if text.is_empty() {
-        return Err(broken(format!("the bearer token of {owner} is empty")));
+        return Err(broken(format!("the bearer token of {} is empty", owner())));
     }
     if text.chars().any(char::is_control) {
         return Err(broken(format!(
-            "the bearer token of {owner} contains control characters"
+            "the bearer token of {} contains control characters",
+            owner()
         )));
     }
     Ok(text.to_owned())

@@ -413,11 +413,14 @@ pub fn select_in(config: &Kubeconfig, context: Option<&str>) -> Result<Selection
         });
     }
 
-    let cluster_owner = format!(
-        "cluster {:?} of context {context_name:?}",
-        found_cluster.name
-    );
-    let user_owner = format!("user {shown_user:?} of context {context_name:?}");
+    // Who a field belongs to, said only in an error: formatted when one is made.
+    let cluster_owner = || {
+        format!(
+            "cluster {:?} of context {context_name:?}",
+            found_cluster.name
+        )
+    };
+    let user_owner = || format!("user {shown_user:?} of context {context_name:?}");
     let insecure_skip_tls_verify = cluster.insecure_skip_tls_verify.unwrap_or(false);
     let ca = material(
         cluster.certificate_authority_data.as_deref(),
@@ -498,12 +501,12 @@ fn material(
     data_field: Option<&str>,
     file: Option<&str>,
     field: &'static str,
-    owner: &str,
+    owner: &dyn Fn() -> String,
 ) -> Result<Option<Material>, SelectError> {
     if let Some(encoded) = data_field.filter(|encoded| !data::is_absent(encoded)) {
         let bytes = data::decode(encoded).ok_or_else(|| SelectError::InvalidBase64 {
             field,
-            owner: owner.to_owned(),
+            owner: owner(),
         })?;
         return Ok(Some(Material::Inline(SecretBytes::new(bytes))));
     }

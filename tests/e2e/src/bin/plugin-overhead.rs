@@ -16,9 +16,11 @@
 //!    plugin round is also divided by the native round just before it (a shared machine's
 //!    load drifts less within a pair than across the run), with the median of those. With
 //!    `--prober native` or `--prober plugin` only that prober runs, to profile one side
-//!    (e.g. under `perf record`), and with `--clock none` the CPU clock is not read, so
-//!    that the probes can run under valgrind, which counts their instructions
-//!    (`scripts/bench-instructions`; the vDSO clock does not run under valgrind).
+//!    (e.g. under `perf record`). `--parallel N` keeps N probes in flight (N tasks, each
+//!    probing one after the other), as `vigil serve` probes many clusters at once. With
+//!    `--clock none` the CPU clock is not read, so that the probes can run under valgrind,
+//!    which counts their instructions (`scripts/bench-instructions`; the vDSO clock does
+//!    not run under valgrind).
 //!
 //! ```text
 //! scripts/build-plugins
@@ -29,6 +31,7 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use vigil::discovery::{Sources, discover};
@@ -61,6 +64,8 @@ struct Options {
     prober: Option<String>,
     /// The process CPU clock, or none (`--clock none`, for valgrind).
     clock: CpuClock,
+    /// Probes in flight at once in a round (1: one after the other, on the main task).
+    parallel: usize,
 }
 
 /// The process CPU clock, or none: then every reading is zero.
@@ -79,7 +84,7 @@ impl CpuClock {
 
 const USAGE: &str = "plugin-overhead [--calls 10000] [--warmup 1000] [--loads 20] [--cold-loads 5] \
 [--probes 500] [--rounds 5] [--address-block 79] [--server PATH] [--plugins DIR] [--test-plugins DIR] \
-[--only calls|loads|probes] [--prober native|plugin] [--clock cpu|none]";
+[--only calls|loads|probes] [--prober native|plugin] [--clock cpu|none] [--parallel 1]";
 
 fn options() -> Result<Options, String> {
     let root = Path::new(ROOT);
@@ -99,6 +104,7 @@ fn options() -> Result<Options, String> {
         only: None,
         prober: None,
         clock: CpuClock(true),
+        parallel: 1,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -120,6 +126,7 @@ fn options() -> Result<Options, String> {
             "--cold-loads" => options.cold_loads = number()?.max(1),
             "--probes" => options.probes = number()?.max(1),
             "--rounds" => options.rounds = number()?.max(1),
+            "--parallel" => options.parallel = number()?.max(1),
             "--address-block" => {
                 options.address_block = value
                     .parse()
@@ -177,12 +184,25 @@ fn plugin_dir(dir: &Path, name: &str, source: &Path, grants: &str) -> Result<Pat
     Ok(dir.to_path_buf())
 }
 
+/// The calls the runtime is sized for, unless a round keeps more in flight.
+const CONCURRENCY: usize = 4;
+
+/// Loads a plugin directory for [`CONCURRENCY`] calls at once.
 async fn load(plugins: &Path, cache: Option<&Path>) -> Result<(PluginRuntime, Duration), String> {
+    load_for(plugins, cache, CONCURRENCY).await
+}
+
+/// Loads a plugin directory for [`CONCURRENCY`] calls at once, or `concurrency` if more.
+async fn load_for(
+    plugins: &Path,
+    cache: Option<&Path>,
+    concurrency: usize,
+) -> Result<(PluginRuntime, Duration), String> {
     let started = Instant::now();
     let (runtime, report) = PluginRuntime::load(&RuntimeSettings {
         plugin_dir: plugins.to_path_buf(),
         cache_dir: cache.map(Path::to_path_buf),
-        concurrency: 4,
+        concurrency: u32::try_from(concurrency.max(CONCURRENCY)).map_err(|e| e.to_string())?,
         credential_dirs: Vec::new(),
         secrets: None,
     })
@@ -422,7 +442,7 @@ async fn plugin_vs_native(options: &Options, scratch: &Path) -> Result<Vec<Strin
     let grants = std::fs::read_to_string(options.plugins.join("kubeconfig-file.toml"))
         .map_err(|e| e.to_string())?;
     let plugins = plugin_dir(&scratch.join("probe"), "kubeconfig-file", &source, &grants)?;
-    let (runtime, _) = load(&plugins, None).await?;
+    let (runtime, _) = load_for(&plugins, None, options.parallel).await?;
     let native = NativeProber::default();
 
     // What the loaded runtime costs at rest (its epoch ticker), counted in both.
@@ -445,20 +465,15 @@ async fn plugin_vs_native(options: &Options, scratch: &Path) -> Result<Vec<Strin
         Some(_) => (false, true),
         None => (true, true),
     };
+    let target = Arc::new(target);
     for _ in 0..options.rounds {
         if with_native {
-            let (cpu, mut walls) = round(options.probes, options.clock, "native", || {
-                native.probe(&target)
-            })
-            .await?;
+            let (cpu, mut walls) = prober_round(options, "native", &native, &target).await?;
             native_cpu.push(cpu);
             native_wall.append(&mut walls);
         }
         if with_plugin {
-            let (cpu, mut walls) = round(options.probes, options.clock, "plugin", || {
-                runtime.probe(&target)
-            })
-            .await?;
+            let (cpu, mut walls) = prober_round(options, "plugin", &runtime, &target).await?;
             plugin_cpu.push(cpu);
             plugin_wall.append(&mut walls);
         }
@@ -511,8 +526,8 @@ async fn plugin_vs_native(options: &Options, scratch: &Path) -> Result<Vec<Strin
     let (native_wall, plugin_wall) = (median_duration(native_wall), median_duration(plugin_wall));
     Ok(vec![
         format!(
-            "| probes | {} rounds × {} per prober, alternating, after {warmup} warm-up each |",
-            options.rounds, options.probes
+            "| probes | {} rounds × {} per prober, alternating, after {warmup} warm-up each, {} in flight |",
+            options.rounds, options.probes, options.parallel
         ),
         format!("| native: client CPU per probe (µs), per round | {native_rounds} |"),
         format!("| plugin: client CPU per probe (µs), per round | {plugin_rounds} |"),
@@ -542,6 +557,42 @@ fn expect_healthy(who: &str, outcome: &ProbeOutcome) -> Result<(), String> {
     } else {
         Err(format!("{who} probe: {outcome:?}"))
     }
+}
+
+/// One round of `prober`: `options.probes` probes of `target`, one after the other on this
+/// task, or spread over `options.parallel` tasks that each probe one after the other.
+async fn prober_round<P: Prober + Clone>(
+    options: &Options,
+    who: &'static str,
+    prober: &P,
+    target: &Arc<ProbeTarget>,
+) -> Result<(f64, Vec<Duration>), String> {
+    let (probes, lanes) = (options.probes, options.parallel.min(options.probes));
+    if lanes <= 1 {
+        return round(probes, options.clock, who, || prober.probe(target)).await;
+    }
+    let before = options.clock.now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for lane in 0..lanes {
+        let share = probes / lanes + usize::from(lane < probes % lanes);
+        let (prober, target) = (prober.clone(), Arc::clone(target));
+        tasks.spawn(async move {
+            let mut walls = Vec::with_capacity(share);
+            for _ in 0..share {
+                let started = Instant::now();
+                let outcome = prober.probe(&target).await;
+                walls.push(started.elapsed());
+                expect_healthy(who, &outcome)?;
+            }
+            Ok::<_, String>(walls)
+        });
+    }
+    let mut walls = Vec::with_capacity(probes);
+    while let Some(lane) = tasks.join_next().await {
+        walls.append(&mut lane.map_err(|e| e.to_string())??);
+    }
+    let cpu = options.clock.now().saturating_sub(before);
+    Ok((micros(cpu) / probes as f64, walls))
 }
 
 /// `probes` sequential probes; the process CPU per probe in µs, and each probe's wall time.
