@@ -18,9 +18,9 @@
 //!    `--prober native` or `--prober plugin` only that prober runs, to profile one side
 //!    (e.g. under `perf record`). `--parallel N` keeps N probes in flight (N tasks, each
 //!    probing one after the other), as `vigil serve` probes many clusters at once. With
-//!    `--clock none` the CPU clock is not read, so that the probes can run under valgrind,
-//!    which counts their instructions (`scripts/bench-instructions`; the vDSO clock does
-//!    not run under valgrind).
+//!    `--clock none` the CPU clock is not read, so that the probes (or the calls of 1.)
+//!    can run under valgrind, which counts their instructions
+//!    (`scripts/bench-instructions`; the vDSO clock does not run under valgrind).
 //!
 //! ```text
 //! scripts/build-plugins
@@ -147,9 +147,14 @@ fn options() -> Result<Options, String> {
             _ => return Err(format!("unknown flag {flag}\n{USAGE}")),
         }
     }
-    if !options.clock.0 && (options.only.as_deref() != Some("probes") || options.prober.is_none()) {
+    let counted = match options.only.as_deref() {
+        Some("calls") => true,
+        Some("probes") => options.prober.is_some(),
+        _ => false,
+    };
+    if !options.clock.0 && !counted {
         return Err(format!(
-            "--clock none measures nothing itself: use it with --only probes and --prober\n{USAGE}"
+            "--clock none is for counting instructions: use it with --only calls, or with --only probes and --prober\n{USAGE}"
         ));
     }
     Ok(options)
@@ -273,7 +278,7 @@ async fn instantiate_and_call(options: &Options, scratch: &Path) -> Result<Vec<S
     }
     let mut times = Vec::with_capacity(options.calls);
     let mut unhealthy = 0usize;
-    let cpu_before = process_cpu();
+    let cpu_before = options.clock.now();
     let wall_before = Instant::now();
     for _ in 0..options.calls {
         let started = Instant::now();
@@ -283,7 +288,7 @@ async fn instantiate_and_call(options: &Options, scratch: &Path) -> Result<Vec<S
             unhealthy += 1;
         }
     }
-    let cpu = process_cpu().saturating_sub(cpu_before);
+    let cpu = options.clock.now().saturating_sub(cpu_before);
     let wall = wall_before.elapsed();
     if unhealthy > 0 {
         return Err(format!("{unhealthy} noop calls were not healthy"));
@@ -302,10 +307,14 @@ async fn instantiate_and_call(options: &Options, scratch: &Path) -> Result<Vec<S
         format!("| p99.9 (µs) | {:.1} |", micros(quantile(&times, 0.999))),
         format!("| max (µs) | {:.1} |", micros(times[n - 1])),
         format!("| mean (µs) | {:.1} |", micros(mean)),
-        format!(
-            "| process CPU per call (µs) | {:.1} |",
-            micros(cpu) / n as f64
-        ),
+        if options.clock.0 {
+            format!(
+                "| process CPU per call (µs) | {:.1} |",
+                micros(cpu) / n as f64
+            )
+        } else {
+            "| process CPU per call (µs) | not read (--clock none) |".to_owned()
+        },
         format!(
             "| calls per second (one at a time) | {:.0} |",
             n as f64 / wall.as_secs_f64()
