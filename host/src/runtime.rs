@@ -1087,84 +1087,116 @@ async fn load_one(
     .await
     .map_err(|e| Refusal::Invalid(format!("the compiler task failed: {e}")))??;
 
+    let compiled = Compiled {
+        name: Arc::from(name),
+        file,
+        generation,
+        content,
+        manifest: Arc::new(manifest),
+        hash,
+        cache: cache_status,
+    };
     if check_world(engine, &component)? == World::Audit {
-        let candidate = audit::AuditCandidate {
-            name,
-            file,
-            generation,
-            content,
-            manifest,
-            hash,
-            cache: cache_status,
-        };
-        return audit::load(engine, linker, tls, &component, candidate).await;
+        return audit::load(engine, linker, tls, &component, compiled).await;
     }
     let instance_pre = linker
         .instantiate_pre(&component)
         .map_err(|e| Refusal::Link(format!("{e:#}")))?;
     let pre = ProbePre::new(instance_pre).map_err(|e| Refusal::Link(format!("{e:#}")))?;
 
-    let name: Arc<str> = Arc::from(name);
-    let manifest = Arc::new(manifest);
-    let parts = PluginParts {
-        name: Arc::clone(&name),
-        manifest: Arc::clone(&manifest),
-        credential_dirs: Arc::from([]),
-        kubeconfigs: Arc::default(),
-        secrets: None,
-    };
-    let mut store = new_store(engine, tls, parts, None, INFO_DEADLINE);
+    let mut store = new_store(engine, tls, compiled.parts(), None, INFO_DEADLINE);
     let call = async {
         let instance = pre.instantiate_async(&mut store).await?;
         instance.vigil_plugin_prober().call_info(&mut store).await
     };
-    let info = match tokio::time::timeout(INFO_DEADLINE + CALL_GRACE, call).await {
-        Ok(Ok(info)) => info,
-        Ok(Err(error)) => {
-            store.data().emit_guest_output();
-            let why = match store.data().limiter.hit {
-                Some(hit) => hit.to_string(),
-                None => format!("{error:#}"),
-            };
-            return Err(Refusal::Info(why));
+    let answer = tokio::time::timeout(INFO_DEADLINE + CALL_GRACE, call).await;
+    let info = info_answer(answer, store.data())?;
+    compiled.into_loaded(WorldPre::Probe(pre), info)
+}
+
+/// A plugin file compiled, before its world's `info()` has answered.
+struct Compiled {
+    name: Arc<str>,
+    file: PathBuf,
+    generation: u64,
+    /// The digest of the `.wasm` and the `.toml`.
+    content: String,
+    manifest: Arc<Manifest>,
+    /// The sha256 of the `.wasm`, hex.
+    hash: String,
+    cache: CacheStatus,
+}
+
+impl Compiled {
+    /// What a store for its `info()` call needs: no credential directory, no cluster.
+    fn parts(&self) -> PluginParts {
+        PluginParts {
+            name: Arc::clone(&self.name),
+            manifest: Arc::clone(&self.manifest),
+            credential_dirs: Arc::from([]),
+            kubeconfigs: Arc::default(),
+            secrets: None,
         }
-        Err(_) => {
+    }
+
+    /// The loaded generation, described by what its `info()` said.
+    fn into_loaded(self, pre: WorldPre, info: types::PluginInfo) -> Result<LoadedPlugin, Refusal> {
+        if info.name.len() > MAX_DETAIL_BYTES || info.version.len() > MAX_DETAIL_BYTES {
             return Err(Refusal::Info(format!(
-                "no answer within {} ms",
-                INFO_DEADLINE.as_millis()
+                "name or version longer than {MAX_DETAIL_BYTES} bytes"
             )));
         }
-    };
-    store.data().emit_guest_output();
-    if info.name.len() > MAX_DETAIL_BYTES || info.version.len() > MAX_DETAIL_BYTES {
-        return Err(Refusal::Info("name or version too long".to_owned()));
+        let manifest = self.manifest;
+        let summary = PluginSummary {
+            name: self.name.to_string(),
+            generation: self.generation,
+            world: match pre {
+                WorldPre::Probe(_) => "probe",
+                WorldPre::Audit(_) => "audit",
+            },
+            file: self.file,
+            self_name: info.name,
+            version: info.version,
+            schemes: info.schemes,
+            description: info.description,
+            priority: manifest.priority,
+            cache: self.cache,
+            hash: self.hash,
+            grants: manifest.grants(),
+            secret_namespaces: manifest.secret_namespaces.clone(),
+            allowed_hosts: manifest.allowed_hosts.clone(),
+            memory_mib: manifest.memory_mib,
+        };
+        Ok(LoadedPlugin {
+            summary,
+            name: self.name,
+            content: self.content,
+            manifest,
+            pre,
+            probes: AtomicU64::new(0),
+            faults: AtomicU64::new(0),
+        })
     }
-    let summary = PluginSummary {
-        name: name.to_string(),
-        generation,
-        world: "probe",
-        file,
-        self_name: info.name,
-        version: info.version,
-        schemes: info.schemes,
-        description: info.description,
-        priority: manifest.priority,
-        cache: cache_status,
-        hash,
-        grants: manifest.grants(),
-        secret_namespaces: manifest.secret_namespaces.clone(),
-        allowed_hosts: manifest.allowed_hosts.clone(),
-        memory_mib: manifest.memory_mib,
-    };
-    Ok(LoadedPlugin {
-        summary,
-        name,
-        content,
-        manifest,
-        pre: WorldPre::Probe(pre),
-        probes: AtomicU64::new(0),
-        faults: AtomicU64::new(0),
-    })
+}
+
+/// The answer of an `info()` call made under [`INFO_DEADLINE`], the guest's output re-emitted:
+/// a trap or a limit hit, or no answer in time, refuses the plugin.
+fn info_answer(
+    answer: Result<wasmtime::Result<types::PluginInfo>, tokio::time::error::Elapsed>,
+    state: &CallState,
+) -> Result<types::PluginInfo, Refusal> {
+    state.emit_guest_output();
+    match answer {
+        Ok(Ok(info)) => Ok(info),
+        Ok(Err(error)) => Err(Refusal::Info(match state.limiter.hit {
+            Some(hit) => hit.to_string(),
+            None => format!("{error:#}"),
+        })),
+        Err(_) => Err(Refusal::Info(format!(
+            "no answer within {} ms",
+            INFO_DEADLINE.as_millis()
+        ))),
+    }
 }
 
 /// Tells a component from other files by its header, for a clear refusal.

@@ -8,9 +8,8 @@
 //! audit that could not read a kind is an [`AuditOutcome::Failed`], after which the caller
 //! keeps the cluster's previous findings (DESIGN §4).
 
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -21,14 +20,12 @@ use wasmtime::component::{Component, Linker};
 
 pub(crate) use super::bindings::audit::AuditPre;
 use super::bindings::vigil::plugin::types;
-use super::cache::CacheStatus;
 use super::engine::SharedEngine;
-use super::manifest::Manifest;
 use super::outcome::MAX_MESSAGE_BYTES;
 use super::sandbox::CallState;
 use super::{
-    ACCEPTS_DEADLINE, CALL_GRACE, INFO_DEADLINE, LoadedPlugin, PluginParts, PluginRuntime,
-    PluginSummary, Refusal, WorldPre, call_cluster, new_store, wire_cluster,
+    ACCEPTS_DEADLINE, CALL_GRACE, Compiled, INFO_DEADLINE, LoadedPlugin, PluginRuntime, Refusal,
+    WorldPre, call_cluster, info_answer, new_store, wire_cluster,
 };
 use crate::tls::TlsClients;
 use crate::worker::ProbeTarget;
@@ -146,89 +143,26 @@ impl AuditOutcome {
     }
 }
 
-/// What `load_one` knows of a plugin file when it finds it targets the audit world.
-pub(crate) struct AuditCandidate {
-    pub(crate) name: String,
-    pub(crate) file: PathBuf,
-    pub(crate) generation: u64,
-    pub(crate) content: String,
-    pub(crate) manifest: Manifest,
-    pub(crate) hash: String,
-    pub(crate) cache: CacheStatus,
-}
-
 /// Links an audit component and asks its `info()` under [`INFO_DEADLINE`].
 pub(crate) async fn load(
     engine: &SharedEngine,
     linker: &Linker<CallState>,
     tls: &TlsClients,
     component: &Component,
-    candidate: AuditCandidate,
+    compiled: Compiled,
 ) -> Result<LoadedPlugin, Refusal> {
     let instance_pre = linker
         .instantiate_pre(component)
         .map_err(|e| Refusal::Link(format!("{e:#}")))?;
     let pre = AuditPre::new(instance_pre).map_err(|e| Refusal::Link(format!("{e:#}")))?;
-    let name: Arc<str> = Arc::from(candidate.name);
-    let manifest = Arc::new(candidate.manifest);
-    let parts = PluginParts {
-        name: Arc::clone(&name),
-        manifest: Arc::clone(&manifest),
-        credential_dirs: Arc::from([]),
-        kubeconfigs: Arc::default(),
-        secrets: None,
-    };
-    let mut store = new_store(engine, tls, parts, None, INFO_DEADLINE);
+    let mut store = new_store(engine, tls, compiled.parts(), None, INFO_DEADLINE);
     let call = async {
         let instance = pre.instantiate_async(&mut store).await?;
         instance.vigil_plugin_auditor().call_info(&mut store).await
     };
     let answer = tokio::time::timeout(INFO_DEADLINE + CALL_GRACE, call).await;
-    store.data().emit_guest_output();
-    let info = match answer {
-        Ok(Ok(info)) => info,
-        Ok(Err(error)) => {
-            return Err(Refusal::Info(match store.data().limiter.hit {
-                Some(hit) => hit.to_string(),
-                None => format!("{error:#}"),
-            }));
-        }
-        Err(_) => {
-            return Err(Refusal::Info(format!(
-                "no answer within {} ms",
-                INFO_DEADLINE.as_millis()
-            )));
-        }
-    };
-    if info.name.len() > MAX_NAME_BYTES || info.version.len() > MAX_NAME_BYTES {
-        return Err(Refusal::Info("name or version too long".to_owned()));
-    }
-    let summary = PluginSummary {
-        name: name.to_string(),
-        generation: candidate.generation,
-        world: "audit",
-        file: candidate.file,
-        self_name: info.name,
-        version: info.version,
-        schemes: info.schemes,
-        description: info.description,
-        priority: manifest.priority,
-        cache: candidate.cache,
-        hash: candidate.hash,
-        grants: manifest.grants(),
-        secret_namespaces: manifest.secret_namespaces.clone(),
-        allowed_hosts: manifest.allowed_hosts.clone(),
-        memory_mib: manifest.memory_mib,
-    };
-    Ok(LoadedPlugin {
-        summary,
-        name,
-        content: candidate.content,
-        manifest,
-        pre: WorldPre::Audit(pre),
-        probes: AtomicU64::new(0),
-        faults: AtomicU64::new(0),
-    })
+    let info = info_answer(answer, store.data())?;
+    compiled.into_loaded(WorldPre::Audit(pre), info)
 }
 
 impl PluginRuntime {
