@@ -40,7 +40,8 @@ pub use self::auth::{Access, Caller, TokensError};
 pub use self::problem::{Problem, ProblemKind};
 pub use self::view_cache::ViewCache;
 pub use self::views::{
-    PluginFailureView, PluginView, ProbationView, ProbedByView, ReloadView, rfc3339,
+    HIDDEN_REFERENCE, PluginFailureView, PluginView, ProbationView, ProbedByView, ReloadView,
+    is_credential_reference, rfc3339,
 };
 use crate::store::Store;
 use crate::worker::{Probed, WorkerHandle};

@@ -11,6 +11,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use crate::api::{HIDDEN_REFERENCE, is_credential_reference};
 use crate::runtime::{
     Manifest, PluginRuntime, PluginSummary, Refusal, RuntimeError, RuntimeSettings,
     SUPPORTED_CONTRACT,
@@ -227,8 +228,8 @@ impl CheckedPlugin {
     /// (`file://`, `secret://`) by what it is, not by where it points.
     fn shown_parameters(&self) -> impl Iterator<Item = (&str, &str)> {
         self.manifest.parameters.iter().map(|(name, value)| {
-            let shown = if value.starts_with("file://") || value.starts_with("secret://") {
-                "(credential reference)"
+            let shown = if is_credential_reference(value) {
+                HIDDEN_REFERENCE
             } else {
                 value.as_str()
             };

@@ -586,13 +586,7 @@ async fn prober_round<P: Prober + Clone>(
         let share = probes / lanes + usize::from(lane < probes % lanes);
         let (prober, target) = (prober.clone(), Arc::clone(target));
         tasks.spawn(async move {
-            let mut walls = Vec::with_capacity(share);
-            for _ in 0..share {
-                let started = Instant::now();
-                let outcome = prober.probe(&target).await;
-                walls.push(started.elapsed());
-                expect_healthy(who, &outcome)?;
-            }
+            let (_, walls) = round(share, CpuClock(false), who, || prober.probe(&target)).await?;
             Ok::<_, String>(walls)
         });
     }
