@@ -488,6 +488,13 @@ async fn plugin_vs_native(options: &Options, scratch: &Path) -> Result<Vec<Strin
         }
     }
     drop(server);
+    let rounds_text = |values: &[f64]| {
+        values
+            .iter()
+            .map(|v| format!("{v:.0}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     if !(with_native && with_plugin) {
         let (who, cpu) = if with_native {
             ("native", native_cpu)
@@ -500,21 +507,20 @@ async fn plugin_vs_native(options: &Options, scratch: &Path) -> Result<Vec<Strin
                 options.rounds, options.probes,
             )]);
         }
-        return Ok(vec![format!(
-            "| {who} alone: client CPU per probe (µs), median of {} rounds × {} | {:.0} |",
-            options.rounds,
-            options.probes,
-            median(cpu)
-        )]);
+        return Ok(vec![
+            format!(
+                "| {who} alone: client CPU per probe (µs), per round of {} | {} |",
+                options.probes,
+                rounds_text(&cpu)
+            ),
+            format!(
+                "| {who} alone: client CPU per probe (µs), median of {} rounds | {:.0} |",
+                options.rounds,
+                median(cpu)
+            ),
+        ]);
     }
 
-    let rounds_text = |values: &[f64]| {
-        values
-            .iter()
-            .map(|v| format!("{v:.0}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
     let native_rounds = rounds_text(&native_cpu);
     let plugin_rounds = rounds_text(&plugin_cpu);
     // Each plugin round against the native round just before it: on a shared machine the
