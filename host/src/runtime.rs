@@ -359,12 +359,92 @@ impl Generation for LoadedPlugin {
 /// A cluster's routing decisions: `accepts` is asked once per plugin generation, not per
 /// probe, and again after a replacement or when what it is shown of the cluster (name,
 /// endpoint, reference, labels, parameters: [`accepts_fingerprint`]) changes.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct ClusterRoutes {
     /// What the answers below were given for.
     shown: u64,
     /// Per plugin name and generation.
     accepts: HashMap<(Arc<str>, u64), bool>,
+    /// When the cluster was last routed.
+    used: Instant,
+}
+
+/// How long a cluster's routing decisions are kept without being used. The runtime is not
+/// told when a cluster is deleted (by the API, by discovery, or by another vigil sharing
+/// the database), so decisions that nothing uses any more are forgotten after this long;
+/// a cluster probed less often than this only has `accepts` asked again.
+const ROUTES_IDLE_LIMIT: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// How often the routing decisions are swept for idle clusters.
+const ROUTES_SWEEP_EVERY: Duration = Duration::from_secs(60 * 60);
+
+/// Every cluster's routing decisions.
+#[derive(Debug)]
+struct Routes {
+    clusters: HashMap<ClusterId, ClusterRoutes>,
+    /// When idle clusters were last forgotten.
+    swept: Instant,
+}
+
+impl Routes {
+    fn new(now: Instant) -> Self {
+        Self {
+            clusters: HashMap::new(),
+            swept: now,
+        }
+    }
+
+    /// `plugin`'s answer for `cluster` as shown `shown`, if it was asked already.
+    fn cached(
+        &mut self,
+        cluster: ClusterId,
+        shown: u64,
+        plugin: &(Arc<str>, u64),
+        now: Instant,
+    ) -> Option<bool> {
+        let routes = self
+            .clusters
+            .get_mut(&cluster)
+            .filter(|routes| routes.shown == shown)?;
+        routes.used = now;
+        routes.accepts.get(plugin).copied()
+    }
+
+    /// Records `plugin`'s answer for `cluster` as shown `shown`; answers given for the
+    /// cluster as it was shown before are dropped. Forgets idle clusters now and then.
+    fn remember(
+        &mut self,
+        cluster: ClusterId,
+        shown: u64,
+        plugin: (Arc<str>, u64),
+        accepts: bool,
+        now: Instant,
+    ) {
+        if now.saturating_duration_since(self.swept) >= ROUTES_SWEEP_EVERY {
+            self.swept = now;
+            self.clusters
+                .retain(|_, routes| now.saturating_duration_since(routes.used) < ROUTES_IDLE_LIMIT);
+        }
+        let routes = self
+            .clusters
+            .entry(cluster)
+            .or_insert_with(|| ClusterRoutes {
+                shown,
+                accepts: HashMap::new(),
+                used: now,
+            });
+        if routes.shown != shown {
+            routes.shown = shown;
+            routes.accepts.clear();
+        }
+        routes.used = now;
+        routes.accepts.insert(plugin, accepts);
+    }
+
+    /// Forgets every decision (after a replacement or a rollback).
+    fn clear(&mut self) {
+        self.clusters.clear();
+    }
 }
 
 /// A digest of what `accepts` is shown of `target` (apart from the plugin's own
@@ -385,7 +465,7 @@ fn accepts_fingerprint(target: &ProbeTarget) -> u64 {
 struct Inner {
     // Declared first so that plugins (which hold engine resources) drop before it.
     catalog: Mutex<Catalog<LoadedPlugin>>,
-    routes: Mutex<HashMap<ClusterId, ClusterRoutes>>,
+    routes: Mutex<Routes>,
     /// One reload at a time: the directory is compared with the catalog as a whole.
     reloading: tokio::sync::Mutex<()>,
     plugin_dir: PathBuf,
@@ -460,7 +540,7 @@ impl PluginRuntime {
         let runtime = Self {
             inner: Arc::new(Inner {
                 catalog: Mutex::new(Catalog::new(ProbationPolicy::default())),
-                routes: Mutex::new(HashMap::new()),
+                routes: Mutex::new(Routes::new(Instant::now())),
                 reloading: tokio::sync::Mutex::new(()),
                 plugin_dir: settings.plugin_dir.clone(),
                 linker,
@@ -607,7 +687,7 @@ impl PluginRuntime {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn routes(&self) -> std::sync::MutexGuard<'_, HashMap<ClusterId, ClusterRoutes>> {
+    fn routes(&self) -> std::sync::MutexGuard<'_, Routes> {
         self.inner
             .routes
             .lock()
@@ -695,23 +775,13 @@ impl PluginRuntime {
             let key = (Arc::clone(&plugin.name), plugin.summary.generation);
             let cached = self
                 .routes()
-                .get(&target.cluster)
-                .filter(|routes| routes.shown == shown)
-                .and_then(|routes| routes.accepts.get(&key).copied());
+                .cached(target.cluster, shown, &key, Instant::now());
             let accepts = match cached {
                 Some(accepts) => accepts,
                 None => {
                     let accepts = self.accepts(plugin, target).await;
-                    let mut routes = self.routes();
-                    let routes = routes.entry(target.cluster).or_default();
-                    if routes.shown != shown {
-                        // Decided for the cluster as it was shown before: stale.
-                        *routes = ClusterRoutes {
-                            shown,
-                            accepts: HashMap::new(),
-                        };
-                    }
-                    routes.accepts.insert(key, accepts);
+                    self.routes()
+                        .remember(target.cluster, shown, key, accepts, Instant::now());
                     accepts
                 }
             };
@@ -1274,6 +1344,42 @@ mod tests {
         assert_eq!(check_header(b"hello"), Err(Refusal::NotWasm));
         assert_eq!(check_header(b"\0asm\x01\0\0\0"), Err(Refusal::CoreModule));
         assert_eq!(check_header(b"\0asm\x0d\0\x01\0"), Ok(()));
+    }
+
+    #[test]
+    fn routing_decisions_of_idle_clusters_are_forgotten() {
+        let start = Instant::now();
+        let plugin = (Arc::<str>::from("p"), 1);
+        let mut routes = Routes::new(start);
+        routes.remember(ClusterId(1), 7, plugin.clone(), true, start);
+        routes.remember(ClusterId(2), 7, plugin.clone(), false, start);
+        assert_eq!(routes.cached(ClusterId(1), 7, &plugin, start), Some(true));
+        assert_eq!(routes.cached(ClusterId(2), 7, &plugin, start), Some(false));
+        // Shown differently: the answer was for the cluster as it was.
+        assert_eq!(routes.cached(ClusterId(1), 8, &plugin, start), None);
+        // Before a sweep is due nothing is swept.
+        let early = start + ROUTES_SWEEP_EVERY / 2;
+        routes.remember(ClusterId(3), 7, plugin.clone(), true, early);
+        assert_eq!((routes.clusters.len(), routes.swept), (3, start));
+
+        // Cluster 1 is still routed; clusters 2 and 3 (deleted, say) no longer are.
+        let used = start + ROUTES_IDLE_LIMIT - ROUTES_SWEEP_EVERY;
+        assert_eq!(routes.cached(ClusterId(1), 7, &plugin, used), Some(true));
+        let sweep = start + ROUTES_IDLE_LIMIT + ROUTES_SWEEP_EVERY;
+        routes.remember(ClusterId(4), 7, plugin.clone(), true, sweep);
+        assert_eq!(routes.swept, sweep);
+        let mut kept: Vec<_> = routes.clusters.keys().map(|id| id.0).collect();
+        kept.sort_unstable();
+        assert_eq!(kept, [1, 4]);
+        assert_eq!(routes.cached(ClusterId(2), 7, &plugin, sweep), None);
+
+        // A new answer for a cluster shown differently replaces the stale ones.
+        let other = (Arc::<str>::from("q"), 1);
+        routes.remember(ClusterId(1), 9, other.clone(), false, sweep);
+        assert_eq!(routes.cached(ClusterId(1), 9, &plugin, sweep), None);
+        assert_eq!(routes.cached(ClusterId(1), 9, &other, sweep), Some(false));
+        routes.clear();
+        assert!(routes.clusters.is_empty());
     }
 
     #[test]
