@@ -133,6 +133,7 @@ async fn bad_files_are_refused_by_name_and_good_ones_load_and_cache() {
             ("wrong-world", ""),
             ("future-version", ""),
             ("trap-info", ""),
+            ("long-info", ""),
         ],
     );
     std::fs::write(dir.join("not-a-component.wasm"), b"this is text, not wasm").expect("write");
@@ -166,6 +167,10 @@ async fn bad_files_are_refused_by_name_and_good_ones_load_and_cache() {
         Refusal::WrongWorld { .. }
     ));
     assert!(matches!(refusal("trap-info.wasm").reason, Refusal::Info(_)));
+    assert_eq!(
+        refusal("long-info.wasm").reason,
+        Refusal::Info("name or version longer than 256 bytes".to_owned())
+    );
     assert!(matches!(
         refusal("bad-manifest.wasm").reason,
         Refusal::Manifest(_)
