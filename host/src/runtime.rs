@@ -275,6 +275,9 @@ pub struct PluginStats {
     pub probes: u64,
     /// Probe calls that ended inconclusive through the plugin's fault.
     pub faults: u64,
+    /// `accepts` calls made to route clusters (once per cluster and generation, and again
+    /// when what the plugin is shown of a cluster changes).
+    pub accepts: u64,
 }
 
 /// One plugin name as the API shows it: the generation that serves (or retired), its
@@ -310,6 +313,8 @@ struct LoadedPlugin {
     /// Calls made: probes, or audits for an audit plugin.
     probes: AtomicU64,
     faults: AtomicU64,
+    /// `accepts` calls made.
+    accepts: AtomicU64,
 }
 
 /// A plugin generation ready to instantiate, for the world it targets.
@@ -772,20 +777,7 @@ impl PluginRuntime {
         let shown = accepts_fingerprint(target);
         let routing = self.catalog().routing();
         for plugin in routing.iter().filter(|p| !p.is_audit()) {
-            let key = (Arc::clone(&plugin.name), plugin.summary.generation);
-            let cached = self
-                .routes()
-                .cached(target.cluster, shown, &key, Instant::now());
-            let accepts = match cached {
-                Some(accepts) => accepts,
-                None => {
-                    let accepts = self.accepts(plugin, target).await;
-                    self.routes()
-                        .remember(target.cluster, shown, key, accepts, Instant::now());
-                    accepts
-                }
-            };
-            if accepts {
+            if self.routed_accepts(plugin, target, shown).await {
                 return Ok(Arc::clone(plugin));
             }
         }
@@ -798,20 +790,52 @@ impl PluginRuntime {
         })
     }
 
-    /// Asks `plugin` whether it accepts `target`; a plugin that fails to answer does not.
+    /// Whether `plugin` accepts `target`, which it is shown as `shown`
+    /// ([`accepts_fingerprint`]): the answer remembered for the cluster and the plugin's
+    /// generation, else asked and remembered.
+    async fn routed_accepts(
+        &self,
+        plugin: &LoadedPlugin,
+        target: &ProbeTarget,
+        shown: u64,
+    ) -> bool {
+        let key = (Arc::clone(&plugin.name), plugin.summary.generation);
+        let cached = self
+            .routes()
+            .cached(target.cluster, shown, &key, Instant::now());
+        if let Some(accepts) = cached {
+            return accepts;
+        }
+        let accepts = self.accepts(plugin, target).await;
+        self.routes()
+            .remember(target.cluster, shown, key, accepts, Instant::now());
+        accepts
+    }
+
+    /// Asks `plugin` (of either world) whether it accepts `target`; a plugin that fails to
+    /// answer does not.
     async fn accepts(&self, plugin: &LoadedPlugin, target: &ProbeTarget) -> bool {
+        plugin.accepts.fetch_add(1, Ordering::Relaxed);
         let cluster = wire_cluster(plugin, target);
         let mut store =
             self.new_store(plugin, Some(call_cluster(plugin, target)), ACCEPTS_DEADLINE);
         let call = async {
-            let Some(pre) = plugin.probe_pre() else {
-                return Ok(false);
-            };
-            let instance = pre.instantiate_async(&mut store).await?;
-            instance
-                .vigil_plugin_prober()
-                .call_accepts(&mut store, &cluster)
-                .await
+            match &plugin.pre {
+                WorldPre::Probe(pre) => {
+                    let instance = pre.instantiate_async(&mut store).await?;
+                    instance
+                        .vigil_plugin_prober()
+                        .call_accepts(&mut store, &cluster)
+                        .await
+                }
+                WorldPre::Audit(pre) => {
+                    let instance = pre.instantiate_async(&mut store).await?;
+                    instance
+                        .vigil_plugin_auditor()
+                        .call_accepts(&mut store, &cluster)
+                        .await
+                }
+            }
         };
         let answer = tokio::time::timeout(ACCEPTS_DEADLINE + CALL_GRACE, call).await;
         store.data().emit_guest_output();
@@ -973,6 +997,7 @@ fn stats_of(plugin: &LoadedPlugin) -> PluginStats {
     PluginStats {
         probes: plugin.probes.load(Ordering::Relaxed),
         faults: plugin.faults.load(Ordering::Relaxed),
+        accepts: plugin.accepts.load(Ordering::Relaxed),
     }
 }
 
@@ -1245,6 +1270,7 @@ impl Compiled {
             pre,
             probes: AtomicU64::new(0),
             faults: AtomicU64::new(0),
+            accepts: AtomicU64::new(0),
         })
     }
 }

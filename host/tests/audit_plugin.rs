@@ -401,10 +401,12 @@ async fn each_fixture_cluster_yields_exactly_its_findings() {
     )
     .await;
     // The page size of 2 makes every list of more than two objects take several pages.
+    let mut again = None;
     for ((name, _, expected), mut target) in cases.iter().zip(targets) {
         target
             .parameters
             .insert("page-size".to_owned(), "2".to_owned());
+        again = Some(target.clone());
         match runtime.audit(&target, BUDGET).await {
             AuditOutcome::Report {
                 plugin,
@@ -450,6 +452,15 @@ async fn each_fixture_cluster_yields_exactly_its_findings() {
     // Paging was used: the pods of the 3-replica clusters took two pages each.
     let pod_pages = fleet.clusters()[0].log().entries_for("/api/v1/pods").len();
     assert_eq!(pod_pages, 2, "the clean cluster's pods, 2 per page");
+    // Routing asked `accepts` once per cluster as shown (each fixture cluster is shown
+    // differently), and auditing the last one again asks nothing more.
+    let asked = runtime.stats("pdb-audit").expect("loaded").accepts;
+    assert_eq!(asked, cases.len() as u64);
+    assert!(matches!(
+        runtime.audit(&again.expect("a fixture"), BUDGET).await,
+        AuditOutcome::Report { .. }
+    ));
+    assert_eq!(runtime.stats("pdb-audit").expect("loaded").accepts, asked);
     fleet.shutdown().await;
 }
 

@@ -696,13 +696,21 @@ async fn routing_follows_the_labels_accepts_reads() {
         }
     };
 
+    // How many times each plugin's `accepts` has been asked.
+    let asked = |name: &str| runtime.stats(name).expect("loaded").accepts;
+
     let picky = [("route", "picky")];
     assert_eq!(routed_to(target(&picky)).await.as_deref(), Some("picky"));
     assert_eq!(routed_to(target(&picky)).await.as_deref(), Some("picky"));
+    // The second probe of the same cluster, shown the same, was routed by the answer
+    // remembered from the first: `accepts` is not asked at every probe.
+    assert_eq!((asked("picky"), asked("noop")), (1, 0));
     assert_eq!(routed_to(target(&[])).await.as_deref(), Some("noop"));
     assert_eq!(
         routed_to(target(&[("route", "other")])).await.as_deref(),
         Some("noop")
     );
     assert_eq!(routed_to(target(&picky)).await.as_deref(), Some("picky"));
+    // Each change of labels asked again, in priority order until one accepted.
+    assert_eq!((asked("picky"), asked("noop")), (4, 2));
 }

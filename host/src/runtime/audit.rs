@@ -24,8 +24,8 @@ use super::engine::SharedEngine;
 use super::outcome::MAX_MESSAGE_BYTES;
 use super::sandbox::CallState;
 use super::{
-    ACCEPTS_DEADLINE, CALL_GRACE, Compiled, INFO_DEADLINE, LoadedPlugin, PluginRuntime, Refusal,
-    WorldPre, call_cluster, info_answer, new_store, wire_cluster,
+    CALL_GRACE, Compiled, INFO_DEADLINE, LoadedPlugin, PluginRuntime, Refusal, WorldPre,
+    call_cluster, info_answer, new_store, wire_cluster,
 };
 use crate::tls::TlsClients;
 use crate::worker::ProbeTarget;
@@ -183,8 +183,9 @@ impl PluginRuntime {
                     message: "no audit plugin is loaded".to_owned(),
                 };
             }
+            let shown = super::accepts_fingerprint(target);
             for plugin in &audits {
-                if self.audit_accepts(plugin, target).await {
+                if self.routed_accepts(plugin, target, shown).await {
                     let outcome = self.call_audit(plugin, target, budget).await;
                     self.judge_probation(plugin, matches!(outcome, AuditOutcome::Fault { .. }));
                     return outcome;
@@ -199,35 +200,6 @@ impl PluginRuntime {
         }
         .instrument(span)
         .await
-    }
-
-    async fn audit_accepts(&self, plugin: &LoadedPlugin, target: &ProbeTarget) -> bool {
-        let cluster = wire_cluster(plugin, target);
-        let mut store =
-            self.new_store(plugin, Some(call_cluster(plugin, target)), ACCEPTS_DEADLINE);
-        let call = async {
-            let WorldPre::Audit(pre) = &plugin.pre else {
-                return Ok(false);
-            };
-            let instance = pre.instantiate_async(&mut store).await?;
-            instance
-                .vigil_plugin_auditor()
-                .call_accepts(&mut store, &cluster)
-                .await
-        };
-        let answer = tokio::time::timeout(ACCEPTS_DEADLINE + CALL_GRACE, call).await;
-        store.data().emit_guest_output();
-        match answer {
-            Ok(Ok(accepts)) => accepts,
-            Ok(Err(error)) => {
-                warn!(plugin = %plugin.name, cluster = %target.name, "accepts failed: {error:#}");
-                false
-            }
-            Err(_) => {
-                warn!(plugin = %plugin.name, cluster = %target.name, "accepts did not answer in time");
-                false
-            }
-        }
     }
 
     async fn call_audit(
