@@ -360,6 +360,7 @@ fn plugin_view(status: PluginStatus) -> PluginView {
         grants: current.map(|p| p.grants).unwrap_or_default(),
         probes: status.stats.probes,
         faults: status.stats.faults,
+        accepts: status.stats.accepts,
         previous_generation: status.previous_generation,
         candidate_generation: status.candidate_generation,
         probation: status

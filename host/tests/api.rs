@@ -54,6 +54,7 @@ impl PluginCatalog for Catalog {
             memory_mib: 64,
             probes: 3,
             faults: 1,
+            accepts: 2,
             previous_generation: None,
             candidate_generation: None,
             probation: None,
@@ -966,6 +967,7 @@ async fn plugins_health_readiness_and_metrics_answer() {
     assert_eq!(plugins.body[0]["name"], "kubeconfig-file");
     assert_eq!(plugins.body[0]["package"], "vigil:plugin@0.1.0");
     assert_eq!(plugins.body[0]["faults"], 1);
+    assert_eq!(plugins.body[0]["accepts"], 2);
     assert_eq!(plugins.body[0]["state"], "active");
     assert_eq!(plugins.body[0]["generation"], 2);
     assert_eq!(plugins.body[0]["secret_namespaces"][0], "vigil");

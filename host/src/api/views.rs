@@ -429,6 +429,10 @@ pub struct PluginView {
     pub probes: u64,
     /// Probe calls of this generation that ended inconclusive through its fault.
     pub faults: u64,
+    /// `accepts` calls made to this generation to route clusters: once per cluster, and
+    /// again when what it is shown of a cluster (name, endpoint, reference, labels,
+    /// parameters) changes.
+    pub accepts: u64,
     /// During a probation: the generation that serves again if it fails.
     pub previous_generation: Option<u64>,
     /// A candidate generation being checked now.
