@@ -164,7 +164,9 @@ pub(crate) struct CallCluster {
 
 /// The state of one call's store.
 pub(crate) struct CallState {
-    wasi: WasiCtx,
+    /// Built at the guest's first WASI call: most calls make none, and building one
+    /// seeds its random generators.
+    wasi: Option<WasiCtx>,
     wasi_http: WasiHttpCtx,
     table: ResourceTable,
     pub(crate) stdout: MemoryOutputPipe,
@@ -213,13 +215,6 @@ impl CallState {
         } = parts;
         let stdout = MemoryOutputPipe::new(MAX_GUEST_OUTPUT_BYTES);
         let stderr = MemoryOutputPipe::new(MAX_GUEST_OUTPUT_BYTES);
-        let wasi = WasiCtxBuilder::new()
-            .stdout(stdout.clone())
-            .stderr(stderr.clone())
-            .allow_tcp(false)
-            .allow_udp(false)
-            .allow_ip_name_lookup(false)
-            .build();
         let policy = EgressPolicy::new(&manifest.allowed_hosts, cluster.as_ref());
         let egress = Egress::new(
             Arc::clone(&plugin),
@@ -230,7 +225,7 @@ impl CallState {
             deadline,
         );
         Self {
-            wasi,
+            wasi: None,
             wasi_http: WasiHttpCtx::new(),
             table: ResourceTable::new(),
             stdout,
@@ -276,7 +271,15 @@ impl CallState {
 impl WasiView for CallState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         WasiCtxView {
-            ctx: &mut self.wasi,
+            ctx: self.wasi.get_or_insert_with(|| {
+                WasiCtxBuilder::new()
+                    .stdout(self.stdout.clone())
+                    .stderr(self.stderr.clone())
+                    .allow_tcp(false)
+                    .allow_udp(false)
+                    .allow_ip_name_lookup(false)
+                    .build()
+            }),
             table: &mut self.table,
         }
     }
