@@ -288,6 +288,16 @@ async fn the_plugin_directory_is_live() {
         (&Value::from("active"), &Value::from(1)),
         "{kube:#}"
     );
+    // The guest's panic message reached the log through its stderr, tagged with the plugin.
+    assert!(
+        log_lines(&vigil.log)
+            .iter()
+            .any(|l| l["fields"]["plugin"] == "kube"
+                && l["fields"]["stream"] == "stderr"
+                && message(l).contains("vigil test plugin: deliberate panic while probing")),
+        "the log has the plugin's panic message:\n{}",
+        tail(&vigil.log)
+    );
     let cluster = vigil.next_probe(&names[0]).await;
     assert_eq!(cluster.last_outcome.as_deref(), Some("healthy"));
     assert_eq!(
