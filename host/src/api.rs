@@ -21,6 +21,7 @@ mod plugins;
 mod view_cache;
 mod views;
 
+use std::fmt::Write as _;
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -28,6 +29,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router, middleware};
 use serde::Serialize;
@@ -236,6 +238,30 @@ fn routes() -> (Router<ApiState>, OpenApiDoc) {
         .split_for_parts()
 }
 
+/// Percent-encodes everything but RFC 3986's unreserved characters, for a path segment
+/// or a query value: any cluster or app name, put in a URL, means that name and no other.
+pub fn percent_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(byte));
+        } else {
+            let _ = write!(out, "%{byte:02X}");
+        }
+    }
+    out
+}
+
+/// The `Location` header of a `201 Created` answer (RFC 9110 §10.2.2): the path of the
+/// resource named `name` in `collection` (e.g. `/api/v1/clusters`), the name encoded as
+/// one path segment.
+pub(crate) fn location(collection: &str, name: &str) -> (header::HeaderName, HeaderValue) {
+    let path = format!("{collection}/{}", percent_encode(name));
+    let value = HeaderValue::try_from(path)
+        .expect("a path of unreserved characters and %XX escapes is a valid header value");
+    (header::LOCATION, value)
+}
+
 /// The OpenAPI document of the API, built once.
 pub fn openapi() -> &'static OpenApiDoc {
     static DOC: OnceLock<OpenApiDoc> = OnceLock::new();
@@ -340,9 +366,22 @@ async fn metrics(State(state): State<ApiState>) -> Response {
         return Problem::new(ProblemKind::NotFound, "metrics are not enabled").into_response();
     };
     match renderer.render(&state.store).await {
-        Ok((text, content_type)) => {
-            ([(axum::http::header::CONTENT_TYPE, content_type)], text).into_response()
-        }
+        Ok((text, content_type)) => ([(header::CONTENT_TYPE, content_type)], text).into_response(),
         Err(error) => Problem::internal("rendering the metrics", &error).into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_percent_encoded() {
+        assert_eq!(percent_encode("kind-dev_1.x~"), "kind-dev_1.x~");
+        assert_eq!(percent_encode("a b?c#d%"), "a%20b%3Fc%23d%25");
+        assert_eq!(percent_encode("é"), "%C3%A9");
+        let (name, value) = location("/api/v1/clusters", "a/b");
+        assert_eq!(name, header::LOCATION);
+        assert_eq!(value, "/api/v1/clusters/a%2Fb");
     }
 }

@@ -21,6 +21,7 @@ use serde::Deserialize;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
+use crate::api::percent_encode;
 use crate::cli::SecretSetting;
 use crate::tls::{TlsClients, Trust};
 
@@ -456,20 +457,6 @@ fn parse_server(url: &str) -> Result<Server, ClientError> {
     })
 }
 
-/// Percent-encodes everything but RFC 3986's unreserved characters, for a path
-/// segment or a query value.
-fn percent_encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for byte in text.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(byte));
-        } else {
-            let _ = write!(out, "%{byte:02X}");
-        }
-    }
-    out
-}
-
 /// The fields of a cluster that `vigil status` shows in its table.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct ClusterSummary {
@@ -597,13 +584,6 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(!error.contains("hunter2"), "{error}");
-    }
-
-    #[test]
-    fn names_are_percent_encoded() {
-        assert_eq!(percent_encode("kind-dev"), "kind-dev");
-        assert_eq!(percent_encode("a b?c#d%"), "a%20b%3Fc%23d%25");
-        assert_eq!(percent_encode("é"), "%C3%A9");
     }
 
     #[test]

@@ -750,6 +750,17 @@ async fn bad_input_is_a_4xx_naming_the_field_and_writes_nothing() {
             "reference-not-allowed",
             "body.parameters.token",
         ),
+        // The fields in order, as an array: serde would read the struct from it.
+        (
+            json!(["c", "https://127.0.0.1:1", reference]),
+            "invalid-request",
+            "body",
+        ),
+        (
+            json!({ "name": "c", "endpoint": "https://127.0.0.1:1", "kubeconfig_secret_ref": reference, "policy": [30] }),
+            "invalid-request",
+            "body.policy",
+        ),
     ];
     for (body, slug, field) in cases {
         let reply = api.post("/api/v1/clusters", body.clone()).await;
@@ -773,6 +784,36 @@ async fn bad_input_is_a_4xx_naming_the_field_and_writes_nothing() {
             "{body}: nothing written"
         );
     }
+    // A change that is not an object changes nothing either.
+    api.register("kept").await;
+    for body in [
+        "[null, null]",
+        "[]",
+        "null",
+        "\"prod\"",
+        r#"{"policy": [null, null]}"#,
+    ] {
+        let reply = api
+            .send(
+                Method::PATCH,
+                "/api/v1/clusters/kept",
+                Some(TOKEN),
+                Some(body.to_owned()),
+            )
+            .await;
+        check_problem(
+            &reply,
+            StatusCode::BAD_REQUEST,
+            "invalid-request",
+            Some(if body.starts_with('{') {
+                "body.policy"
+            } else {
+                "body"
+            }),
+        );
+    }
+    let kept = api.get("/api/v1/clusters/kept").await;
+    assert_eq!(kept.body["policy_overrides"], json!({}), "{}", kept.text);
     let syntax = api
         .send(
             Method::POST,
@@ -1225,6 +1266,66 @@ async fn names_are_counted_in_characters_as_the_document_counts_them() {
         Some("body.name"),
     );
     assert_eq!(api.store.apps().await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_creation_answers_with_the_location_of_what_it_created() {
+    let api = api().await;
+    // Characters a URL path cannot carry as they are: `?` and `#` would end the path,
+    // `%` starts an escape, and non-ASCII is sent as its UTF-8 bytes.
+    let cluster = "prod?eu#1%é";
+    let created = api
+        .post(
+            "/api/v1/clusters",
+            json!({
+                "name": cluster,
+                "endpoint": "https://127.0.0.1:6443",
+                "kubeconfig_secret_ref": api.reference("prod"),
+            }),
+        )
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+    let location = created.headers[header::LOCATION].to_str().unwrap();
+    assert_eq!(location, "/api/v1/clusters/prod%3Feu%231%25%C3%A9");
+    let fetched = api.get(location).await;
+    assert_eq!(fetched.status, StatusCode::OK, "{}", fetched.text);
+    assert_eq!(
+        fetched.body, created.body,
+        "the Location serves what was created"
+    );
+
+    let reply = api
+        .post(
+            "/api/v1/apps",
+            json!({ "name": "shop&cart", "cluster": cluster }),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+    let location = reply.headers[header::LOCATION].to_str().unwrap();
+    assert_eq!(location, "/api/v1/apps/shop%26cart");
+    let fetched = api.get(location).await;
+    assert_eq!(fetched.status, StatusCode::OK, "{}", fetched.text);
+    assert_eq!(fetched.body["name"], "shop&cart");
+    assert_eq!(fetched.body["cluster"], cluster);
+
+    // The document says so, for clients generated from it.
+    let doc = api.get("/openapi.json").await.body;
+    for path in ["/api/v1/clusters", "/api/v1/apps"] {
+        let created = &doc["paths"][path]["post"]["responses"]["201"];
+        assert!(
+            created["headers"]["Location"].is_object(),
+            "POST {path}: 201 documents no Location: {created}"
+        );
+    }
+    // A refused creation points nowhere.
+    let taken = api
+        .post(
+            "/api/v1/apps",
+            json!({ "name": "shop&cart", "cluster": cluster }),
+        )
+        .await;
+    assert_eq!(taken.status, StatusCode::CONFLICT, "{}", taken.text);
+    assert!(taken.headers.get(header::LOCATION).is_none());
 }
 
 /// The parameters of `method path` in the document, by name.

@@ -12,12 +12,12 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use vigil_decision::AppStatus;
 
-use super::ApiState;
 use super::auth::Caller;
 use super::clusters::check_name;
 use super::extract::{ApiJson, ApiPath, ApiQuery};
 use super::problem::Problem;
 use super::views::AppView;
+use super::{ApiState, location};
 use crate::worker::wall_clock;
 
 pub(super) fn routes() -> OpenApiRouter<ApiState> {
@@ -79,7 +79,8 @@ struct RegisterApp {
 #[utoipa::path(post, path = "/api/v1/apps", tag = "apps", request_body = RegisterApp,
     security(("bearer" = [])),
     responses(
-        (status = 201, description = "Registered", body = AppView),
+        (status = 201, description = "Registered", body = AppView,
+            headers(("Location" = String, description = "The app's URL: `/api/v1/apps/{name}`, the name percent-encoded"))),
         (status = 400, description = "Invalid body", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No valid token", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such cluster", body = Problem, content_type = "application/problem+json"),
@@ -102,7 +103,12 @@ async fn register_app(
             wall_clock(),
         )
         .await?;
-    Ok((StatusCode::CREATED, axum::Json(AppView::from(&app))).into_response())
+    Ok((
+        StatusCode::CREATED,
+        [location("/api/v1/apps", &app.name)],
+        axum::Json(AppView::from(&app)),
+    )
+        .into_response())
 }
 
 /// The `name` path parameter.

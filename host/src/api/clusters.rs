@@ -15,13 +15,13 @@ use utoipa_axum::routes;
 use vigil_decision::{ClusterStatus, ConditionType, ProbeOutcome};
 
 use super::auth::Caller;
-use super::extract::{ApiJson, ApiPath, ApiQuery};
+use super::extract::{ApiJson, ApiPath, ApiQuery, object, optional_object};
 use super::problem::{Problem, ProblemKind};
 use super::views::{
     AuditView, ClusterPage, ClusterView, EventPage, EventView, PolicyBody, ProbedByView,
     RenderedPage,
 };
-use super::{ApiState, MAX_PAGE, ProbeNowError};
+use super::{ApiState, MAX_PAGE, ProbeNowError, location};
 use crate::reference::{Reference, lies_under};
 use crate::store::{ClusterFilter, ClusterPatch, ClusterSource, NewCluster, PageEntry};
 use crate::worker::{Probed, wall_clock};
@@ -341,7 +341,7 @@ struct RegisterCluster {
     #[serde(default)]
     labels: BTreeMap<String, String>,
     /// Policy overrides.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "object")]
     policy: PolicyBody,
 }
 
@@ -349,7 +349,8 @@ struct RegisterCluster {
 #[utoipa::path(post, path = "/api/v1/clusters", tag = "clusters", request_body = RegisterCluster,
     security(("bearer" = [])),
     responses(
-        (status = 201, description = "Registered", body = ClusterView),
+        (status = 201, description = "Registered", body = ClusterView,
+            headers(("Location" = String, description = "The cluster's URL: `/api/v1/clusters/{name}`, the name percent-encoded"))),
         (status = 400, description = "Invalid body or reference not allowed", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No valid token", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The name is taken", body = Problem, content_type = "application/problem+json"),
@@ -390,6 +391,7 @@ async fn register_cluster(
     let record = state.store.cluster(&cluster.name).await?;
     Ok((
         StatusCode::CREATED,
+        [location("/api/v1/clusters", &record.name)],
         axum::Json(ClusterView::new(record, state.defaults)),
     )
         .into_response())
@@ -428,7 +430,7 @@ async fn get_cluster(
 #[serde(deny_unknown_fields)]
 struct UpdateCluster {
     /// New policy overrides (replaces all of them).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "optional_object")]
     policy: Option<PolicyBody>,
     /// New labels (replaces all of them).
     #[serde(default)]
