@@ -11,10 +11,8 @@
 //! remembered for the outcome mapping.
 
 use std::path::Path;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -391,23 +389,9 @@ impl http::Host for CallState {
             tls,
         };
         let started = Instant::now();
-        // The exchange runs as a task of its own, bounded in itself, as `wasi:http` requests
-        // are: polled inside the call, each wake-up of the connection (connect, every TLS
-        // flight, the answer) would resume the guest's fiber to reach it, which cost about
-        // 17 µs of CPU a probe (BENCHMARKS.md, plugin runtime overhead). Dropping this host
-        // call (the call overran or trapped) aborts the task too.
-        let exchange = tokio::time::timeout(bound, exchange(outgoing));
-        let result = match AbortOnDrop(tokio::spawn(exchange)).await {
-            Ok(Ok(result)) => result,
-            Ok(Err(_elapsed)) => {
-                egress.record.cluster_timed_out |= cluster;
-                return Err(E::Timeout);
-            }
-            // A task fails only by panicking, a fault of vigil's and not of the guest or the
-            // cluster; its message is not repeated (it could quote the request).
-            Err(_) => Err(WireError::Protocol(
-                "the request failed inside vigil".to_owned(),
-            )),
+        let Ok(result) = tokio::time::timeout(bound, exchange(outgoing)).await else {
+            egress.record.cluster_timed_out |= cluster;
+            return Err(E::Timeout);
         };
         let incoming = result.map_err(|error| match error {
             WireError::Refused(message) => E::Refused(message),
@@ -757,19 +741,11 @@ where
     })
 }
 
-/// A spawned task, aborted when dropped; awaiting it awaits the task.
+/// Aborts a spawned task when dropped.
 struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
 
 impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
         self.0.abort();
-    }
-}
-
-impl<T> Future for AbortOnDrop<T> {
-    type Output = Result<T, tokio::task::JoinError>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        Pin::new(&mut self.0).poll(cx)
     }
 }
