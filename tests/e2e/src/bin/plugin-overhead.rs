@@ -16,8 +16,10 @@
 //!    plugin round is also divided by the native round just before it (a shared machine's
 //!    load drifts less within a pair than across the run), with the median of those. With
 //!    `--prober native` or `--prober plugin` only that prober runs, to profile one side
-//!    (e.g. under `perf record`). `--parallel N` keeps N probes in flight (N tasks, each
-//!    probing one after the other), as `vigil serve` probes many clusters at once. With
+//!    (e.g. under `perf record`). The probes run in a spawned task, on the runtime's
+//!    worker threads, as vigil's worker runs them; `--parallel N` keeps N probes in flight
+//!    (N tasks, each probing one after the other), as `vigil serve` probes many clusters
+//!    at once. With
 //!    `--clock none` the CPU clock is not read, so that the probes (or the calls of 1.)
 //!    can run under valgrind, which counts their instructions
 //!    (`scripts/bench-instructions`; the vDSO clock does not run under valgrind).
@@ -541,7 +543,7 @@ async fn plugin_vs_native(options: &Options, scratch: &Path) -> Result<Vec<Strin
     let (native_wall, plugin_wall) = (median_duration(native_wall), median_duration(plugin_wall));
     Ok(vec![
         format!(
-            "| probes | {} rounds × {} per prober, alternating, after {warmup} warm-up each, {} in flight |",
+            "| probes | {} rounds × {} per prober, alternating, after {warmup} warm-up each, {} in flight (spawned tasks) |",
             options.rounds, options.probes, options.parallel
         ),
         format!("| native: client CPU per probe (µs), per round | {native_rounds} |"),
@@ -574,27 +576,24 @@ fn expect_healthy(who: &str, outcome: &ProbeOutcome) -> Result<(), String> {
     }
 }
 
-/// One round of `prober`: `options.probes` probes of `target`, one after the other on this
-/// task, or spread over `options.parallel` tasks that each probe one after the other.
+/// One round of `prober`: `options.probes` probes of `target`, spread over
+/// `options.parallel` tasks (one by default) that each probe one after the other. The probes
+/// run in spawned tasks, on the runtime's worker threads, as vigil's worker runs them: a
+/// probe polled on the thread that blocks on the runtime would have every wake-up of its
+/// connection cross threads (the I/O driver runs on the workers), a cost vigil never pays.
 async fn prober_round<P: Prober + Clone>(
     options: &Options,
     who: &'static str,
     prober: &P,
     target: &Arc<ProbeTarget>,
 ) -> Result<(f64, Vec<Duration>), String> {
-    let (probes, lanes) = (options.probes, options.parallel.min(options.probes));
-    if lanes <= 1 {
-        return round(probes, options.clock, who, || prober.probe(target)).await;
-    }
+    let (probes, lanes) = (options.probes, options.parallel.min(options.probes).max(1));
     let before = options.clock.now();
     let mut tasks = tokio::task::JoinSet::new();
     for lane in 0..lanes {
         let share = probes / lanes + usize::from(lane < probes % lanes);
         let (prober, target) = (prober.clone(), Arc::clone(target));
-        tasks.spawn(async move {
-            let (_, walls) = round(share, CpuClock(false), who, || prober.probe(&target)).await?;
-            Ok::<_, String>(walls)
-        });
+        tasks.spawn(async move { probe_in_turn(share, who, || prober.probe(&target)).await });
     }
     let mut walls = Vec::with_capacity(probes);
     while let Some(lane) = tasks.join_next().await {
@@ -604,27 +603,20 @@ async fn prober_round<P: Prober + Clone>(
     Ok((micros(cpu) / probes as f64, walls))
 }
 
-/// `probes` sequential probes; the process CPU per probe in µs, and each probe's wall time.
-async fn round<F, Fut>(
-    probes: usize,
-    clock: CpuClock,
-    who: &str,
-    probe: F,
-) -> Result<(f64, Vec<Duration>), String>
+/// `probes` sequential probes, each checked healthy; each probe's wall time.
+async fn probe_in_turn<F, Fut>(probes: usize, who: &str, probe: F) -> Result<Vec<Duration>, String>
 where
     F: Fn() -> Fut,
     Fut: Future<Output = ProbeOutcome>,
 {
     let mut walls = Vec::with_capacity(probes);
-    let before = clock.now();
     for _ in 0..probes {
         let started = Instant::now();
         let outcome = probe().await;
         walls.push(started.elapsed());
         expect_healthy(who, &outcome)?;
     }
-    let cpu = clock.now().saturating_sub(before);
-    Ok((micros(cpu) / probes as f64, walls))
+    Ok(walls)
 }
 
 #[tokio::main(flavor = "multi_thread")]
