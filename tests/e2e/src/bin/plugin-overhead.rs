@@ -19,10 +19,13 @@
 //!    (e.g. under `perf record`). The probes run in a spawned task, on the runtime's
 //!    worker threads, as vigil's worker runs them; `--parallel N` keeps N probes in flight
 //!    (N tasks, each probing one after the other), as `vigil serve` probes many clusters
-//!    at once. With
-//!    `--clock none` the CPU clock is not read, so that the probes (or the calls of 1.)
-//!    can run under valgrind, which counts their instructions
-//!    (`scripts/bench-instructions`; the vDSO clock does not run under valgrind).
+//!    at once. `--cold-call FILE.wasm` makes the plugin side a native probe followed by
+//!    one call of that plugin, and reports what the call adds: its cost between two TLS
+//!    handshakes, from cold caches, as in `vigil serve` (repeated on its own, as in 1., a
+//!    call runs from warm ones). With `--clock none` the CPU clock is not read, so that
+//!    the probes (or the calls of 1.) can run under valgrind, which counts their
+//!    instructions (`scripts/bench-instructions`; the vDSO clock does not run under
+//!    valgrind).
 //!
 //! ```text
 //! scripts/build-plugins
@@ -66,8 +69,11 @@ struct Options {
     prober: Option<String>,
     /// The process CPU clock, or none (`--clock none`, for valgrind).
     clock: CpuClock,
-    /// Probes in flight at once in a round (1: one after the other, on the main task).
+    /// Probes in flight at once in a round (1: one after the other).
     parallel: usize,
+    /// `--cold-call FILE.wasm`: the plugin side is a native probe followed by one call of
+    /// that plugin, so the rounds show what one call costs between two TLS handshakes.
+    cold_call: Option<PathBuf>,
 }
 
 /// The process CPU clock, or none: then every reading is zero.
@@ -86,7 +92,8 @@ impl CpuClock {
 
 const USAGE: &str = "plugin-overhead [--calls 10000] [--warmup 1000] [--loads 20] [--cold-loads 5] \
 [--probes 500] [--rounds 5] [--address-block 79] [--server PATH] [--plugins DIR] [--test-plugins DIR] \
-[--only calls|loads|probes] [--prober native|plugin] [--clock cpu|none] [--parallel 1]";
+[--only calls|loads|probes] [--prober native|plugin] [--clock cpu|none] [--parallel 1] \
+[--cold-call FILE.wasm]";
 
 fn options() -> Result<Options, String> {
     let root = Path::new(ROOT);
@@ -107,6 +114,7 @@ fn options() -> Result<Options, String> {
         prober: None,
         clock: CpuClock(true),
         parallel: 1,
+        cold_call: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -137,6 +145,7 @@ fn options() -> Result<Options, String> {
             "--server" => options.server = PathBuf::from(value),
             "--plugins" => options.plugins = PathBuf::from(value),
             "--test-plugins" => options.test_plugins = PathBuf::from(value),
+            "--cold-call" => options.cold_call = Some(PathBuf::from(value)),
             "--only" if ["calls", "loads", "probes"].contains(&value.as_str()) => {
                 options.only = Some(value);
             }
@@ -154,6 +163,11 @@ fn options() -> Result<Options, String> {
         Some("probes") => options.prober.is_some(),
         _ => false,
     };
+    if options.cold_call.is_some() && options.prober.is_some() {
+        return Err(format!(
+            "--cold-call compares both sides: use it without --prober\n{USAGE}"
+        ));
+    }
     if !options.clock.0 && !counted {
         return Err(format!(
             "--clock none is for counting instructions: use it with --only calls, or with --only probes and --prober\n{USAGE}"
@@ -477,6 +491,12 @@ async fn plugin_vs_native(options: &Options, scratch: &Path) -> Result<Vec<Strin
         None => (true, true),
     };
     let target = Arc::new(target);
+    let cold = match &options.cold_call {
+        Some(file) => {
+            Some(ColdCall::load(options, file, &scratch.join("cold"), &native, &target).await?)
+        }
+        None => None,
+    };
     for _ in 0..options.rounds {
         if with_native {
             let (cpu, mut walls) = prober_round(options, "native", &native, &target).await?;
@@ -484,7 +504,12 @@ async fn plugin_vs_native(options: &Options, scratch: &Path) -> Result<Vec<Strin
             native_wall.append(&mut walls);
         }
         if with_plugin {
-            let (cpu, mut walls) = prober_round(options, "plugin", &runtime, &target).await?;
+            let (cpu, mut walls) = match &cold {
+                Some(cold) => {
+                    prober_round(options, "cold call", &cold.prober, &cold.target).await?
+                }
+                None => prober_round(options, "plugin", &runtime, &target).await?,
+            };
             plugin_cpu.push(cpu);
             plugin_wall.append(&mut walls);
         }
@@ -523,6 +548,9 @@ async fn plugin_vs_native(options: &Options, scratch: &Path) -> Result<Vec<Strin
         ]);
     }
 
+    if let Some(cold) = &cold {
+        return Ok(cold.report(options, &native_cpu, &plugin_cpu, &rounds_text));
+    }
     let native_rounds = rounds_text(&native_cpu);
     let plugin_rounds = rounds_text(&plugin_cpu);
     // Each plugin round against the native round just before it: on a shared machine the
@@ -566,6 +594,89 @@ async fn plugin_vs_native(options: &Options, scratch: &Path) -> Result<Vec<Strin
             micros(idle)
         ),
     ])
+}
+
+/// `--cold-call`: a native probe followed by one call of a plugin, as one probe of the
+/// plugin side. Repeated on its own a call runs from warm caches; between two native probes
+/// (TLS handshakes) it runs as in `vigil serve`, where a call's code and data have been
+/// evicted since the last one. The difference with the native rounds is that cold cost.
+struct ColdCall {
+    name: String,
+    prober: NativeThenCall,
+    target: Arc<ProbeTarget>,
+}
+
+impl ColdCall {
+    /// Loads `file` (with its `.toml` beside it, if any) as the only plugin of a runtime,
+    /// and pins the probe target to it.
+    async fn load(
+        options: &Options,
+        file: &Path,
+        dir: &Path,
+        native: &NativeProber,
+        target: &ProbeTarget,
+    ) -> Result<Self, String> {
+        let name = file
+            .file_stem()
+            .and_then(|stem| stem.to_str())
+            .ok_or_else(|| format!("{}: not a NAME.wasm file", file.display()))?
+            .to_owned();
+        let grants = std::fs::read_to_string(file.with_extension("toml")).unwrap_or_default();
+        let plugins = plugin_dir(dir, &name, file, &grants)?;
+        let (runtime, _) = load_for(&plugins, None, options.parallel).await?;
+        let mut target = target.clone();
+        target.plugin = Some(name.clone());
+        Ok(Self {
+            name,
+            prober: NativeThenCall(native.clone(), runtime),
+            target: Arc::new(target),
+        })
+    }
+
+    /// The rows of the comparison: native rounds, native + call rounds, and what a call adds.
+    fn report(
+        &self,
+        options: &Options,
+        native: &[f64],
+        with_call: &[f64],
+        rounds_text: &dyn Fn(&[f64]) -> String,
+    ) -> Vec<String> {
+        let name = &self.name;
+        let added: Vec<f64> = with_call.iter().zip(native).map(|(w, n)| w - n).collect();
+        let added_rounds = rounds_text(&added);
+        let typical = median(added);
+        vec![
+            format!(
+                "| rounds | {} × {} probes per side, alternating, {} in flight (spawned tasks) |",
+                options.rounds, options.probes, options.parallel
+            ),
+            format!(
+                "| native: client CPU per probe (µs), per round | {} |",
+                rounds_text(native)
+            ),
+            format!(
+                "| native probe then one `{name}` call: client CPU (µs), per round | {} |",
+                rounds_text(with_call)
+            ),
+            format!(
+                "| **one `{name}` call between two native probes: CPU added (µs)**, each round / median | {} / **{:.1}** |",
+                added_rounds, typical
+            ),
+        ]
+    }
+}
+
+/// A native probe, then (if healthy) one call of the cold-call runtime's plugin.
+#[derive(Debug, Clone)]
+struct NativeThenCall(NativeProber, PluginRuntime);
+
+impl Prober for NativeThenCall {
+    async fn probe(&self, target: &ProbeTarget) -> ProbeOutcome {
+        match self.0.probe(target).await {
+            ProbeOutcome::Healthy => self.1.probe(target).await,
+            other => other,
+        }
+    }
 }
 
 fn expect_healthy(who: &str, outcome: &ProbeOutcome) -> Result<(), String> {
@@ -641,10 +752,12 @@ async fn main() -> Result<(), String> {
     if wanted("probes") {
         eprintln!("kubeconfig-file plugin vs native prober on a fake cluster…");
         let rows = plugin_vs_native(&options, &scratch.0).await?;
-        sections.push((
-            "kubeconfig-file plugin vs native, fresh TLS per probe, client CPU",
-            rows,
-        ));
+        let title = if options.cold_call.is_some() {
+            "One plugin call between two native probes, fresh TLS per probe, client CPU"
+        } else {
+            "kubeconfig-file plugin vs native, fresh TLS per probe, client CPU"
+        };
+        sections.push((title, rows));
     }
 
     let cores = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
