@@ -621,14 +621,24 @@ impl ColdCall {
             .and_then(|stem| stem.to_str())
             .ok_or_else(|| format!("{}: not a NAME.wasm file", file.display()))?
             .to_owned();
-        let grants = std::fs::read_to_string(file.with_extension("toml")).unwrap_or_default();
+        let manifest = file.with_extension("toml");
+        let grants = match std::fs::read_to_string(&manifest) {
+            Ok(grants) => grants,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(error) => return Err(format!("{}: {error}", manifest.display())),
+        };
         let plugins = plugin_dir(dir, &name, file, &grants)?;
         let (runtime, _) = load_for(&plugins, None, options.parallel).await?;
         let mut target = target.clone();
         target.plugin = Some(name.clone());
+        let prober = NativeThenCall(native.clone(), runtime);
+        // Routed once and warmed up like the other side, so the rounds measure calls alone.
+        for _ in 0..20 {
+            expect_healthy("cold call", &prober.probe(&target).await)?;
+        }
         Ok(Self {
             name,
-            prober: NativeThenCall(native.clone(), runtime),
+            prober,
             target: Arc::new(target),
         })
     }
