@@ -515,13 +515,6 @@ async fn plugin_vs_native(options: &Options, scratch: &Path) -> Result<Vec<Strin
         }
     }
     drop(server);
-    let rounds_text = |values: &[f64]| {
-        values
-            .iter()
-            .map(|v| format!("{v:.0}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
     if !(with_native && with_plugin) {
         let (who, cpu) = if with_native {
             ("native", native_cpu)
@@ -549,7 +542,7 @@ async fn plugin_vs_native(options: &Options, scratch: &Path) -> Result<Vec<Strin
     }
 
     if let Some(cold) = &cold {
-        return Ok(cold.report(options, &native_cpu, &plugin_cpu, &rounds_text));
+        return Ok(cold.report(options, &native_cpu, &plugin_cpu));
     }
     let native_rounds = rounds_text(&native_cpu);
     let plugin_rounds = rounds_text(&plugin_cpu);
@@ -644,13 +637,7 @@ impl ColdCall {
     }
 
     /// The rows of the comparison: native rounds, native + call rounds, and what a call adds.
-    fn report(
-        &self,
-        options: &Options,
-        native: &[f64],
-        with_call: &[f64],
-        rounds_text: &dyn Fn(&[f64]) -> String,
-    ) -> Vec<String> {
+    fn report(&self, options: &Options, native: &[f64], with_call: &[f64]) -> Vec<String> {
         let name = &self.name;
         let added: Vec<f64> = with_call.iter().zip(native).map(|(w, n)| w - n).collect();
         let added_rounds = rounds_text(&added);
@@ -687,6 +674,15 @@ impl Prober for NativeThenCall {
             other => other,
         }
     }
+}
+
+/// Per-round values as a table cell: `300, 296, 310`.
+fn rounds_text(values: &[f64]) -> String {
+    values
+        .iter()
+        .map(|v| format!("{v:.0}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn expect_healthy(who: &str, outcome: &ProbeOutcome) -> Result<(), String> {
