@@ -54,6 +54,30 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// The largest page a list returns.
 pub const MAX_PAGE: u32 = 1000;
 
+/// Paging of a list read newest first (a cluster's history, an app's deployments).
+#[derive(Debug, Default, serde::Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+struct PageQuery {
+    /// Page size, 1–1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<u32>,
+    /// The `next` value of the previous page.
+    before: Option<i64>,
+}
+
+/// The page size asked for in `field`, 100 if none.
+fn page_size(limit: Option<u32>, field: &str) -> Result<u32, Problem> {
+    match limit {
+        None => Ok(100),
+        Some(n) if (1..=MAX_PAGE).contains(&n) => Ok(n),
+        Some(n) => Err(Problem::invalid(
+            field,
+            format!("limit must be between 1 and {MAX_PAGE}, not {n}"),
+        )),
+    }
+}
+
 /// Why a probe asked through the API did not run.
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeNowError {

@@ -12,7 +12,7 @@ mod operator;
 pub use self::audits::{
     AppliedAudit, AuditFailure, AuditRecord, AuditResult, Finding, ObjectRef, Severity,
 };
-pub use self::operator::{ClusterFilter, ClusterPatch, NewCluster, PageEntry};
+pub use self::operator::{ClusterFilter, ClusterPatch, DeploymentRecord, NewCluster, PageEntry};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -1046,10 +1046,12 @@ async fn every_documented_route_is_served_and_every_served_route_is_documented()
         "DELETE /api/v1/clusters/{name}",
         "GET /api/v1/apps",
         "GET /api/v1/apps/{name}",
+        "GET /api/v1/apps/{name}/deployments",
         "GET /api/v1/clusters",
         "GET /api/v1/clusters/{name}",
         "GET /api/v1/clusters/{name}/findings",
         "GET /api/v1/clusters/{name}/history",
+        "GET /api/v1/deployments/{id}",
         "GET /api/v1/events",
         "GET /api/v1/plugins",
         "GET /healthz",
@@ -1077,7 +1079,7 @@ async fn every_documented_route_is_served_and_every_served_route_is_documented()
         } else {
             "doc"
         };
-        let uri = path.replace("{name}", name);
+        let uri = path.replace("{name}", name).replace("{id}", "1");
         let reply = api
             .send(
                 method.parse().unwrap(),
@@ -1310,7 +1312,7 @@ async fn a_creation_answers_with_the_location_of_what_it_created() {
 
     // The document says so, for clients generated from it.
     let doc = api.get("/openapi.json").await.body;
-    for path in ["/api/v1/clusters", "/api/v1/apps"] {
+    for path in ["/api/v1/clusters", "/api/v1/apps", "/api/v1/deployments"] {
         let created = &doc["paths"][path]["post"]["responses"]["201"];
         assert!(
             created["headers"]["Location"].is_object(),
@@ -1326,6 +1328,117 @@ async fn a_creation_answers_with_the_location_of_what_it_created() {
         .await;
     assert_eq!(taken.status, StatusCode::CONFLICT, "{}", taken.text);
     assert!(taken.headers.get(header::LOCATION).is_none());
+}
+
+#[tokio::test]
+async fn deployments_are_read_back_by_id_and_per_app_newest_first() {
+    let api = api().await;
+    api.register("blue").await;
+    api.register("green").await;
+    api.app("shop", "blue").await;
+    api.app("cart", "blue").await;
+
+    let first = api.deploy("shop").await;
+    assert_eq!(first.status, StatusCode::CREATED, "{}", first.text);
+    let id = first.body["id"].as_i64().unwrap();
+    let location = first.headers[header::LOCATION].to_str().unwrap();
+    assert_eq!(location, format!("/api/v1/deployments/{id}"));
+    let fetched = api.get(location).await;
+    assert_eq!(fetched.status, StatusCode::OK, "{}", fetched.text);
+    assert_eq!(fetched.body["id"], id);
+    assert_eq!(fetched.body["app"], "shop");
+    assert_eq!(fetched.body["cluster"], "blue");
+    assert_eq!(fetched.body["version"], "1.2.3");
+    assert_eq!(fetched.body["actor"], "default", "the caller's token name");
+    assert!(
+        fetched.body["at"].as_str().unwrap().ends_with('Z'),
+        "{}",
+        fetched.body
+    );
+
+    // A move, then a second deployment, and one of another app in between.
+    api.deploy("cart").await;
+    let moved = api
+        .post("/api/v1/apps/shop/reassign", json!({ "cluster": "green" }))
+        .await;
+    assert_eq!(moved.status, StatusCode::OK, "{}", moved.text);
+    let second = api
+        .post(
+            "/api/v1/deployments",
+            json!({ "app": "shop", "version": "2.0.0" }),
+        )
+        .await;
+    assert_eq!(second.status, StatusCode::CREATED, "{}", second.text);
+    let second_id = second.body["id"].as_i64().unwrap();
+
+    let page = api.get("/api/v1/apps/shop/deployments").await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.text);
+    let seen: Vec<(i64, &str, &str)> = page.body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            (
+                d["id"].as_i64().unwrap(),
+                d["cluster"].as_str().unwrap(),
+                d["version"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [(second_id, "green", "2.0.0"), (id, "blue", "1.2.3")],
+        "newest first, each on the cluster it went to, none of the other app's"
+    );
+    assert_eq!(page.body["next"], Value::Null, "one page");
+
+    // Paged one at a time, the pages join up.
+    let one = api.get("/api/v1/apps/shop/deployments?limit=1").await;
+    assert_eq!(one.body["items"][0]["id"], second_id);
+    let next = one.body["next"].as_i64().unwrap();
+    let rest = api
+        .get(&format!(
+            "/api/v1/apps/shop/deployments?limit=1&before={next}"
+        ))
+        .await;
+    assert_eq!(rest.body["items"][0]["id"], id);
+    assert_eq!(rest.body["items"].as_array().unwrap().len(), 1);
+    assert_eq!(rest.body["next"], Value::Null);
+
+    // Unknown and malformed: problems naming what was wrong.
+    check_problem(
+        &api.get(&format!("/api/v1/deployments/{}", second_id + 100))
+            .await,
+        StatusCode::NOT_FOUND,
+        "not-found",
+        None,
+    );
+    check_problem(
+        &api.get("/api/v1/deployments/latest").await,
+        StatusCode::BAD_REQUEST,
+        "invalid-request",
+        Some("path.id"),
+    );
+    check_problem(
+        &api.get("/api/v1/apps/none/deployments").await,
+        StatusCode::NOT_FOUND,
+        "not-found",
+        None,
+    );
+    check_problem(
+        &api.get("/api/v1/apps/shop/deployments?limit=0").await,
+        StatusCode::BAD_REQUEST,
+        "invalid-request",
+        Some("query.limit"),
+    );
+
+    // A refused deployment records nothing and points nowhere.
+    api.make_offline("green").await;
+    let refused = api.deploy("shop").await;
+    assert_eq!(refused.status, StatusCode::CONFLICT, "{}", refused.text);
+    assert!(refused.headers.get(header::LOCATION).is_none());
+    let after = api.get("/api/v1/apps/shop/deployments").await;
+    assert_eq!(after.body["items"].as_array().unwrap().len(), 2);
 }
 
 /// The parameters of `method path` in the document, by name.

@@ -16,8 +16,8 @@ use super::auth::Caller;
 use super::clusters::check_name;
 use super::extract::{ApiJson, ApiPath, ApiQuery};
 use super::problem::Problem;
-use super::views::AppView;
-use super::{ApiState, location};
+use super::views::{AppView, DeploymentPage, DeploymentView};
+use super::{ApiState, PageQuery, location, page_size};
 use crate::worker::wall_clock;
 
 pub(super) fn routes() -> OpenApiRouter<ApiState> {
@@ -27,6 +27,8 @@ pub(super) fn routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(reassign_app))
         .routes(routes!(set_app_status))
         .routes(routes!(create_deployment))
+        .routes(routes!(get_deployment))
+        .routes(routes!(app_deployments))
 }
 
 /// Filter of the app list.
@@ -242,7 +244,8 @@ struct Deployment {
 #[utoipa::path(post, path = "/api/v1/deployments", tag = "apps", request_body = NewDeployment,
     security(("bearer" = [])),
     responses(
-        (status = 201, description = "Recorded", body = Deployment),
+        (status = 201, description = "Recorded", body = Deployment,
+            headers(("Location" = String, description = "The deployment's URL: `/api/v1/deployments/{id}`"))),
         (status = 400, description = "Invalid body", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No valid token", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such app", body = Problem, content_type = "application/problem+json"),
@@ -272,10 +275,65 @@ async fn create_deployment(
         .await?;
     Ok((
         StatusCode::CREATED,
+        [location("/api/v1/deployments", &id.to_string())],
         axum::Json(Deployment {
             id,
             app: AppView::from(&app),
         }),
     )
         .into_response())
+}
+
+/// The `id` path parameter.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+struct DeploymentId {
+    /// The deployment's id.
+    id: i64,
+}
+
+/// A recorded deployment: the app, the cluster it went to, the version, who recorded it
+/// and when.
+#[utoipa::path(get, path = "/api/v1/deployments/{id}", tag = "apps", params(DeploymentId),
+    responses(
+        (status = 200, description = "The deployment", body = DeploymentView),
+        (status = 400, description = "The id is not an integer", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such deployment", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn get_deployment(
+    State(state): State<ApiState>,
+    ApiPath(DeploymentId { id }): ApiPath<DeploymentId>,
+) -> Result<axum::Json<DeploymentView>, Problem> {
+    Ok(axum::Json(DeploymentView::from(
+        &state.store.deployment(id).await?,
+    )))
+}
+
+/// The app's deployments, newest first: where each went (the app's cluster then), the
+/// version, who recorded it and when.
+#[utoipa::path(get, path = "/api/v1/apps/{name}/deployments", tag = "apps",
+    params(AppName, PageQuery),
+    responses(
+        (status = 200, description = "A page of deployments", body = DeploymentPage),
+        (status = 400, description = "Invalid paging", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such app", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn app_deployments(
+    State(state): State<ApiState>,
+    ApiPath(AppName { name }): ApiPath<AppName>,
+    ApiQuery(query): ApiQuery<PageQuery>,
+) -> Result<axum::Json<DeploymentPage>, Problem> {
+    let limit = page_size(query.limit, "query.limit")?;
+    let deployments = state
+        .store
+        .deployments_of(&name, query.before, limit + 1)
+        .await?;
+    let more = deployments.len() > limit as usize;
+    let items: Vec<DeploymentView> = deployments
+        .iter()
+        .take(limit as usize)
+        .map(DeploymentView::from)
+        .collect();
+    let next = more.then(|| items.last().map(|d| d.id)).flatten();
+    Ok(axum::Json(DeploymentPage { items, next }))
 }

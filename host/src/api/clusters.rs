@@ -21,7 +21,7 @@ use super::views::{
     AuditView, ClusterPage, ClusterView, EventPage, EventView, PolicyBody, ProbedByView,
     RenderedPage,
 };
-use super::{ApiState, MAX_PAGE, ProbeNowError, location};
+use super::{ApiState, PageQuery, ProbeNowError, location, page_size};
 use crate::reference::{Reference, lies_under};
 use crate::store::{ClusterFilter, ClusterPatch, ClusterSource, NewCluster, PageEntry};
 use crate::worker::{Probed, wall_clock};
@@ -248,17 +248,6 @@ impl ListQuery {
             label,
             plugin: self.plugin.clone(),
         })
-    }
-}
-
-fn page_size(limit: Option<u32>, field: &str) -> Result<u32, Problem> {
-    match limit {
-        None => Ok(100),
-        Some(n) if (1..=MAX_PAGE).contains(&n) => Ok(n),
-        Some(n) => Err(Problem::invalid(
-            field,
-            format!("limit must be between 1 and {MAX_PAGE}, not {n}"),
-        )),
     }
 }
 
@@ -575,22 +564,10 @@ async fn probe_cluster(
     }))
 }
 
-/// Paging of the history.
-#[derive(Debug, Default, Deserialize, IntoParams)]
-#[serde(deny_unknown_fields)]
-#[into_params(parameter_in = Query)]
-struct HistoryQuery {
-    /// Page size, 1–1000 (default 100).
-    #[param(minimum = 1, maximum = 1000)]
-    limit: Option<u32>,
-    /// The `next` value of the previous page.
-    before: Option<i64>,
-}
-
 /// The cluster's history, newest first: transitions, conditions, counted failures,
 /// cascades and the changes made through the API (with the caller's token name).
 #[utoipa::path(get, path = "/api/v1/clusters/{name}/history", tag = "clusters",
-    params(ClusterName, HistoryQuery),
+    params(ClusterName, PageQuery),
     responses(
         (status = 200, description = "A page of history", body = EventPage),
         (status = 400, description = "Invalid paging", body = Problem, content_type = "application/problem+json"),
@@ -599,7 +576,7 @@ struct HistoryQuery {
 async fn cluster_history(
     State(state): State<ApiState>,
     ApiPath(ClusterName { name }): ApiPath<ClusterName>,
-    ApiQuery(query): ApiQuery<HistoryQuery>,
+    ApiQuery(query): ApiQuery<PageQuery>,
 ) -> Result<axum::Json<EventPage>, Problem> {
     let limit = page_size(query.limit, "query.limit")?;
     let events = state

@@ -240,7 +240,18 @@ fn unknown_field(detail: &str) -> Option<&str> {
 
 impl From<PathRejection> for Problem {
     fn from(rejection: PathRejection) -> Self {
-        Self::invalid("path", rejection.body_text())
+        use axum::extract::path::ErrorKind;
+        // Name the parameter when axum knows which one did not parse (`path.id`).
+        let field = match &rejection {
+            PathRejection::FailedToDeserializePathParams(failed) => match failed.kind() {
+                ErrorKind::ParseErrorAtKey { key, .. }
+                | ErrorKind::InvalidUtf8InPathParam { key }
+                | ErrorKind::DeserializeError { key, .. } => format!("path.{key}"),
+                _ => "path".to_owned(),
+            },
+            _ => "path".to_owned(),
+        };
+        Self::invalid(field, rejection.body_text())
     }
 }
 

@@ -9,7 +9,7 @@ use utoipa::ToSchema;
 use vigil_decision::{Condition, HealthPolicy, PolicyOverrides, Timestamp};
 
 use super::problem::Problem;
-use crate::store::{AppRecord, ClusterRecord, EventRecord};
+use crate::store::{AppRecord, ClusterRecord, DeploymentRecord, EventRecord};
 
 /// A time as RFC 3339 (UTC, milliseconds).
 pub fn rfc3339(at: Timestamp) -> String {
@@ -387,6 +387,45 @@ impl From<&AppRecord> for AppView {
             degraded_by_outage: app.degraded_by.map(|o| o.0),
         }
     }
+}
+
+/// A recorded deployment.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct DeploymentView {
+    /// Its id, increasing.
+    pub id: i64,
+    /// The app deployed.
+    pub app: String,
+    /// The cluster it was deployed on: the app's cluster at the time.
+    pub cluster: String,
+    /// The version deployed, if the platform gave one.
+    pub version: Option<String>,
+    /// Who recorded it: the API token's name.
+    pub actor: Option<String>,
+    /// When it was recorded (RFC 3339).
+    pub at: String,
+}
+
+impl From<&DeploymentRecord> for DeploymentView {
+    fn from(deployment: &DeploymentRecord) -> Self {
+        Self {
+            id: deployment.id,
+            app: deployment.app.clone(),
+            cluster: deployment.cluster.clone(),
+            version: deployment.version.clone(),
+            actor: deployment.actor.clone(),
+            at: rfc3339(Timestamp(deployment.at)),
+        }
+    }
+}
+
+/// A page of an app's deployments, newest first.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct DeploymentPage {
+    /// The deployments.
+    pub items: Vec<DeploymentView>,
+    /// Pass as `before` for the next (older) page; absent on the last page.
+    pub next: Option<i64>,
 }
 
 /// A loaded plugin.

@@ -36,6 +36,27 @@ pub enum PageEntry {
     },
 }
 
+/// A deployment as recorded ([`Store::record_deployment`]).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct DeploymentRecord {
+    /// Its id, increasing.
+    pub id: i64,
+    /// The app deployed.
+    pub app: String,
+    /// The cluster it was deployed on (the app's cluster at the time).
+    pub cluster: String,
+    /// The version deployed, if the platform gave one.
+    pub version: Option<String>,
+    /// Who recorded it: the API token's name.
+    pub actor: Option<String>,
+    /// When it was recorded (milliseconds since the epoch).
+    pub at: i64,
+}
+
+const DEPLOYMENT_SELECT: &str = "SELECT d.id, a.name AS app, c.name AS cluster, d.version, \
+     d.actor, d.created_at AS at FROM deployments d \
+     JOIN apps a ON a.id = d.app_id JOIN clusters c ON c.id = d.cluster_id";
+
 /// A cluster row with its revision.
 #[derive(sqlx::FromRow)]
 struct RevisedRow {
@@ -652,6 +673,46 @@ impl Store {
     ) -> Result<(i64, AppRecord), StoreError> {
         let id = self.record_deployment(app, version, actor, now).await?;
         Ok((id, self.app(app).await?))
+    }
+
+    /// One recorded deployment.
+    pub async fn deployment(&self, id: i64) -> Result<DeploymentRecord, StoreError> {
+        let row: Option<DeploymentRecord> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "{DEPLOYMENT_SELECT} WHERE d.id = ?"
+        )))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(query_error("reading a deployment"))?;
+        row.ok_or_else(|| not_found("deployment", &id.to_string()))
+    }
+
+    /// The deployments of an app, newest first: at most `limit`, older than deployment
+    /// `before` if given. The app must exist; its deployments on a cluster since deleted
+    /// went with that cluster.
+    pub async fn deployments_of(
+        &self,
+        app: &str,
+        before: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<DeploymentRecord>, StoreError> {
+        let exists: Option<i64> = sqlx::query_scalar("SELECT id FROM apps WHERE name = ?")
+            .bind(app)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(query_error("reading an app"))?;
+        let app_id = exists.ok_or_else(|| not_found("app", app))?;
+        sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "{DEPLOYMENT_SELECT} WHERE d.app_id = ? AND (? IS NULL OR d.id < ?) \
+             ORDER BY d.id DESC LIMIT ?"
+        )))
+        .bind(app_id)
+        .bind(before)
+        .bind(before)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(query_error("reading an app's deployments"))
     }
 
     /// The apps on a cluster, by name.
