@@ -66,6 +66,20 @@ struct PageQuery {
     before: Option<i64>,
 }
 
+/// A page of a list read newest first: `rows` holds up to one row more than `limit`
+/// (read so, to know whether another page follows); answers the page's views (`V::from`
+/// each row) and the `next` cursor, the id of its last row, when another page follows.
+fn newest_first_page<R, V>(rows: &[R], limit: u32, id: impl Fn(&R) -> i64) -> (Vec<V>, Option<i64>)
+where
+    V: for<'a> From<&'a R>,
+{
+    let page = &rows[..rows.len().min(limit as usize)];
+    let next = (rows.len() > page.len())
+        .then(|| page.last().map(&id))
+        .flatten();
+    (page.iter().map(V::from).collect(), next)
+}
+
 /// The page size asked for in `field`, 100 if none.
 fn page_size(limit: Option<u32>, field: &str) -> Result<u32, Problem> {
     match limit {

@@ -17,7 +17,7 @@ use super::clusters::check_name;
 use super::extract::{ApiJson, ApiPath, ApiQuery};
 use super::problem::Problem;
 use super::views::{AppView, DeploymentPage, DeploymentView};
-use super::{ApiState, PageQuery, location, page_size};
+use super::{ApiState, PageQuery, location, newest_first_page, page_size};
 use crate::worker::wall_clock;
 
 pub(super) fn routes() -> OpenApiRouter<ApiState> {
@@ -328,12 +328,6 @@ async fn app_deployments(
         .store
         .deployments_of(&name, query.before, limit + 1)
         .await?;
-    let more = deployments.len() > limit as usize;
-    let items: Vec<DeploymentView> = deployments
-        .iter()
-        .take(limit as usize)
-        .map(DeploymentView::from)
-        .collect();
-    let next = more.then(|| items.last().map(|d| d.id)).flatten();
+    let (items, next) = newest_first_page(&deployments, limit, |d| d.id);
     Ok(axum::Json(DeploymentPage { items, next }))
 }

@@ -18,10 +18,9 @@ use super::auth::Caller;
 use super::extract::{ApiJson, ApiPath, ApiQuery, object, optional_object};
 use super::problem::{Problem, ProblemKind};
 use super::views::{
-    AuditView, ClusterPage, ClusterView, EventPage, EventView, PolicyBody, ProbedByView,
-    RenderedPage,
+    AuditView, ClusterPage, ClusterView, EventPage, PolicyBody, ProbedByView, RenderedPage,
 };
-use super::{ApiState, PageQuery, ProbeNowError, location, page_size};
+use super::{ApiState, PageQuery, ProbeNowError, location, newest_first_page, page_size};
 use crate::reference::{Reference, lies_under};
 use crate::store::{ClusterFilter, ClusterPatch, ClusterSource, NewCluster, PageEntry};
 use crate::worker::{Probed, wall_clock};
@@ -583,13 +582,7 @@ async fn cluster_history(
         .store
         .cluster_history(&name, query.before, limit + 1)
         .await?;
-    let more = events.len() > limit as usize;
-    let items: Vec<EventView> = events
-        .iter()
-        .take(limit as usize)
-        .map(EventView::from)
-        .collect();
-    let next = more.then(|| items.last().map(|e| e.id)).flatten();
+    let (items, next) = newest_first_page(&events, limit, |e| e.id);
     Ok(axum::Json(EventPage { items, next }))
 }
 
