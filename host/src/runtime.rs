@@ -268,6 +268,113 @@ pub struct ReloadReport {
     pub unchanged: Vec<String>,
 }
 
+/// A change of a plugin's generations as it happens (DESIGN §4, replacement), for the
+/// history: [`PluginRuntime::subscribe`] hands them out, and `vigil serve` records each.
+/// The generations loaded at start-up are in the log only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PluginEvent {
+    /// A candidate loaded and now serves (a replacement is on probation).
+    Promoted {
+        /// The plugin.
+        plugin: String,
+        /// Its new generation.
+        generation: u64,
+        /// The version the plugin gives itself.
+        version: String,
+        /// The sha256 of its file, hex.
+        hash: String,
+    },
+    /// A candidate failed; the generation that served before serves on.
+    Refused {
+        /// The plugin.
+        plugin: String,
+        /// The generation that failed.
+        generation: u64,
+        /// Where it failed: `read`, `manifest`, `compile`, `world`, `link`, `limits` or
+        /// `info`.
+        stage: &'static str,
+        /// Why.
+        message: String,
+    },
+    /// A replacement passed its probation: the generation before it is released.
+    ProbationPassed {
+        /// The plugin.
+        plugin: String,
+        /// The generation that passed.
+        generation: u64,
+    },
+    /// A replacement failed its probation: the generation before it serves again.
+    RolledBack {
+        /// The plugin.
+        plugin: String,
+        /// The generation that failed.
+        failed: u64,
+        /// The generation serving again.
+        restored: u64,
+        /// Why.
+        message: String,
+    },
+    /// The plugin's file was removed: the plugin retired.
+    Retired {
+        /// The plugin.
+        plugin: String,
+        /// The generation that retired.
+        generation: u64,
+    },
+}
+
+impl PluginEvent {
+    /// The event's kind in the history: `plugin-promoted`, `plugin-refused`,
+    /// `plugin-probation-passed`, `plugin-rolled-back` or `plugin-retired`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Promoted { .. } => "plugin-promoted",
+            Self::Refused { .. } => "plugin-refused",
+            Self::ProbationPassed { .. } => "plugin-probation-passed",
+            Self::RolledBack { .. } => "plugin-rolled-back",
+            Self::Retired { .. } => "plugin-retired",
+        }
+    }
+
+    /// The event's details in the history.
+    pub fn detail(&self) -> serde_json::Value {
+        use serde_json::json;
+        match self {
+            Self::Promoted {
+                plugin,
+                generation,
+                version,
+                hash,
+            } => {
+                json!({ "plugin": plugin, "generation": generation, "version": version, "sha256": hash })
+            }
+            Self::Refused {
+                plugin,
+                generation,
+                stage,
+                message,
+            } => {
+                json!({ "plugin": plugin, "generation": generation, "stage": stage, "message": message })
+            }
+            Self::ProbationPassed { plugin, generation } | Self::Retired { plugin, generation } => {
+                json!({ "plugin": plugin, "generation": generation })
+            }
+            Self::RolledBack {
+                plugin,
+                failed,
+                restored,
+                message,
+            } => {
+                json!({ "plugin": plugin, "generation": failed, "restored": restored, "message": message })
+            }
+        }
+    }
+}
+
+/// How many events wait for a slow subscriber before the oldest are dropped (a plugin
+/// changes a few times a day; a burst is one reload of a whole directory).
+const EVENT_BACKLOG: usize = 256;
+
 /// A plugin's call counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PluginStats {
@@ -473,6 +580,8 @@ struct Inner {
     routes: Mutex<Routes>,
     /// One reload at a time: the directory is compared with the catalog as a whole.
     reloading: tokio::sync::Mutex<()>,
+    /// Where [`PluginEvent`]s go; sending with nobody subscribed drops them.
+    events: tokio::sync::broadcast::Sender<PluginEvent>,
     plugin_dir: PathBuf,
     linker: Linker<CallState>,
     cache: Option<CodeCache>,
@@ -547,6 +656,7 @@ impl PluginRuntime {
                 catalog: Mutex::new(Catalog::new(ProbationPolicy::default())),
                 routes: Mutex::new(Routes::new(Instant::now())),
                 reloading: tokio::sync::Mutex::new(()),
+                events: tokio::sync::broadcast::channel(EVENT_BACKLOG).0,
                 plugin_dir: settings.plugin_dir.clone(),
                 linker,
                 cache,
@@ -570,6 +680,17 @@ impl PluginRuntime {
     /// How replacements are judged from now on (default: [`ProbationPolicy::default`]).
     pub fn set_probation(&self, policy: ProbationPolicy) {
         self.catalog().set_policy(policy);
+    }
+
+    /// The changes of plugin generations from now on, in the order they happen: a
+    /// subscriber that falls more than a few hundred behind loses the oldest.
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<PluginEvent> {
+        self.inner.events.subscribe()
+    }
+
+    fn emit(&self, event: PluginEvent) {
+        // An error means nobody listens (a test, `vigil probe`): nothing to record.
+        let _ = self.inner.events.send(event);
     }
 
     /// Compares the plugin directory with what serves, and acts on every difference
@@ -619,7 +740,14 @@ impl PluginRuntime {
                         "plugin generation promoted"
                     );
                     report.promoted.push(plugin.summary.clone());
+                    let event = PluginEvent::Promoted {
+                        plugin: plugin.name.to_string(),
+                        generation,
+                        version: plugin.summary.version.clone(),
+                        hash: plugin.summary.hash.clone(),
+                    };
                     self.catalog().promote(Arc::new(plugin));
+                    self.emit(event);
                 }
                 Err(reason) => {
                     let refused = RefusedPlugin {
@@ -638,6 +766,12 @@ impl PluginRuntime {
                             at: SystemTime::now(),
                         },
                     );
+                    self.emit(PluginEvent::Refused {
+                        plugin: name.clone(),
+                        generation,
+                        stage: refused.reason.stage().as_str(),
+                        message: refused.reason.to_string(),
+                    });
                     report.refused.push(refused);
                 }
             }
@@ -649,6 +783,10 @@ impl PluginRuntime {
                 && let Some(generation) = catalog.retire(&name)
             {
                 info!(plugin = %name, generation, "plugin file removed: plugin retired once its running probes finish");
+                self.emit(PluginEvent::Retired {
+                    plugin: name.clone(),
+                    generation,
+                });
                 report.retired.push((name, generation));
             }
         }
@@ -941,6 +1079,10 @@ impl PluginRuntime {
             ProbationVerdict::Pending => {}
             ProbationVerdict::Passed { generation } => {
                 info!(plugin = %plugin.name, generation, "plugin generation passed its probation");
+                self.emit(PluginEvent::ProbationPassed {
+                    plugin: plugin.name.to_string(),
+                    generation,
+                });
             }
             ProbationVerdict::RolledBack {
                 failed,
@@ -949,6 +1091,12 @@ impl PluginRuntime {
             } => {
                 self.routes().clear();
                 warn!(plugin = %plugin.name, generation = failed, restored, "plugin generation failed its probation and was rolled back: {message}");
+                self.emit(PluginEvent::RolledBack {
+                    plugin: plugin.name.to_string(),
+                    failed,
+                    restored,
+                    message,
+                });
             }
         }
     }

@@ -22,8 +22,8 @@ use crate::lock::{DatabaseLock, LockError};
 use crate::metrics::Metrics;
 use crate::reference::{self, Reference};
 use crate::runtime::{
-    AuditOutcome, CandidateFailure, FindingSeverity, PluginRuntime, PluginStatus, ReloadReport,
-    RuntimeError, RuntimeSettings,
+    AuditOutcome, CandidateFailure, FindingSeverity, PluginEvent, PluginRuntime, PluginStatus,
+    ReloadReport, RuntimeError, RuntimeSettings,
 };
 use crate::secrets;
 use crate::store::{
@@ -168,6 +168,15 @@ pub async fn serve_with_plugins(
         config.concurrency + AUDIT_CONCURRENCY as usize,
     )
     .await?;
+    // Every change of a plugin's generations goes to the history. Subscribed before the
+    // directory is watched, so that no change goes unrecorded.
+    let plugin_events = match &prober {
+        EngineProber::Plugins(runtime) => Some(tokio::spawn(record_plugin_events(
+            Store::open(&config.database_url).await?,
+            runtime.subscribe(),
+        ))),
+        EngineProber::None(_) => None,
+    };
     // The plugin directory is live: changes to it and SIGHUP reload it.
     let reloads = match &prober {
         EngineProber::Plugins(runtime) => Some(tokio::spawn(crate::plugin_watch::reload_loop(
@@ -192,10 +201,39 @@ pub async fn serve_with_plugins(
         EngineProber::None(_) => None,
     };
     let result = run(config, prober.clone(), Arc::new(prober), shutdown).await;
-    for task in [reloads, audits].into_iter().flatten() {
+    for task in [reloads, audits, plugin_events].into_iter().flatten() {
         task.abort();
     }
     result
+}
+
+/// Records each change of a plugin's generations in the history, in order. An event
+/// whose write fails is logged whole instead, and the next one still recorded; a backlog
+/// overrun is logged too.
+async fn record_plugin_events(
+    store: Store,
+    mut events: tokio::sync::broadcast::Receiver<PluginEvent>,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        match events.recv().await {
+            Ok(event) => {
+                if let Err(error) = store
+                    .record_plugin_event(event.kind(), &event.detail(), None, wall_clock())
+                    .await
+                {
+                    warn!(kind = event.kind(), detail = %event.detail(), error = %crate::worker::error_chain(&error), "a plugin event was not recorded in the history");
+                }
+            }
+            Err(RecvError::Lagged(missed)) => {
+                warn!(
+                    missed,
+                    "plugin events came faster than the history recorded them; some are missing from it"
+                );
+            }
+            Err(RecvError::Closed) => return,
+        }
+    }
 }
 
 /// Loads the plugin directory, sized for `concurrency` probes at once. A missing

@@ -4,7 +4,8 @@
 //! replacement that traps is rolled back after its probation with no cluster changing
 //! status, a good one is promoted and produces the next outcomes, a removed plugin
 //! leaves its clusters `not-probeable` with their status and apps untouched; SIGHUP
-//! and `POST /api/v1/plugins/reload` reload too.
+//! and `POST /api/v1/plugins/reload` reload too; the history records each change of
+//! generation.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -411,6 +412,54 @@ async fn the_plugin_directory_is_live() {
     }
     let apps = vigil.store.apps_on(&names[0]).await.unwrap();
     assert_eq!(apps[0].status, AppStatus::Deployed);
+
+    // 6. The history tells each change of the plugin's generations, in order (recorded
+    // as they happen, so the last one may still be on its way).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let told = loop {
+        let events = vigil.store.events_after(0, 10_000).await.unwrap();
+        let told: Vec<(String, Value)> = events
+            .iter()
+            .filter(|e| e.kind.starts_with("plugin-"))
+            .map(|e| (e.kind.clone(), serde_json::from_str(&e.detail).unwrap()))
+            .collect();
+        if told.iter().any(|(kind, _)| kind == "plugin-retired") {
+            assert!(
+                events
+                    .iter()
+                    .any(|e| e.kind == "plugins-reloaded" && e.cluster_name.is_none()),
+                "the API's reload is recorded too"
+            );
+            break told;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the retirement is not in the history: {told:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let summary: Vec<(&str, u64)> = told
+        .iter()
+        .map(|(kind, detail)| (kind.as_str(), detail["generation"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("plugin-refused", 2),
+            ("plugin-promoted", 3),
+            ("plugin-rolled-back", 3),
+            ("plugin-promoted", 4),
+            ("plugin-probation-passed", 4),
+            ("plugin-retired", 4),
+        ],
+        "{told:#?}"
+    );
+    assert_eq!(told[0].1["stage"], "compile", "{told:#?}");
+    assert_eq!(told[2].1["restored"], 1, "{told:#?}");
+    assert!(
+        told.iter().all(|(_, detail)| detail["plugin"] == "kube"),
+        "{told:#?}"
+    );
 
     vigil.store.close().await;
     let mut child = vigil.child;

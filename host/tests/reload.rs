@@ -2,16 +2,18 @@
 //! replacement): broken replacements keep the previous generation serving and are
 //! named with their stage; a good replacement is promoted while a probe in flight
 //! finishes on the generation it started with; a replacement that traps is rolled
-//! back after its probation; a removed file retires its plugin.
+//! back after its probation; a removed file retires its plugin. Each change is told to
+//! the runtime's subscribers (what `vigil serve` records in the history).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use tokio::sync::broadcast::Receiver;
 use vigil::reference::{self, Reference, Resolution};
 use vigil::runtime::{
-    CacheStatus, FailureStage, PluginRuntime, PluginState, PluginStatus, ProbationPolicy, Refusal,
-    RuntimeSettings,
+    CacheStatus, FailureStage, PluginEvent, PluginRuntime, PluginState, PluginStatus,
+    ProbationPolicy, Refusal, RuntimeSettings,
 };
 use vigil::worker::{ProbeTarget, Probed, ProbedBy, Prober};
 use vigil_decision::{ClusterId, ProbeOutcome, ReasonClass};
@@ -111,6 +113,13 @@ fn healthy(generation: u64) -> Probed {
     }
 }
 
+/// The events the runtime has sent since `events` subscribed, as (kind, detail).
+fn drain(events: &mut Receiver<PluginEvent>) -> Vec<(&'static str, serde_json::Value)> {
+    std::iter::from_fn(|| events.try_recv().ok())
+        .map(|event| (event.kind(), event.detail()))
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broken_replacements_are_refused_with_their_stage_and_the_previous_generation_serves() {
     let temp = tempfile::tempdir().expect("tempdir");
@@ -121,6 +130,7 @@ async fn broken_replacements_are_refused_with_their_stage_and_the_previous_gener
     let explicit = target(&written, &endpoint, Some("kube"));
     let routed = target(&written, &endpoint, None);
     assert_eq!(runtime.probe_attributed(&explicit).await, healthy(1));
+    let mut events = runtime.subscribe();
 
     let file = dir.join("kube.wasm");
     let broken: [(&str, Vec<u8>, FailureStage); 3] = [
@@ -160,6 +170,19 @@ async fn broken_replacements_are_refused_with_their_stage_and_the_previous_gener
         assert_eq!(failure.stage, stage, "{what}");
         assert_eq!(failure.generation, 2 + index as u64, "{what}");
         assert_eq!(failure.message, report.refused[0].reason.to_string());
+        assert_eq!(
+            drain(&mut events),
+            [(
+                "plugin-refused",
+                serde_json::json!({
+                    "plugin": "kube",
+                    "generation": 2 + index as u64,
+                    "stage": stage.as_str(),
+                    "message": failure.message,
+                })
+            )],
+            "{what}: the history is told"
+        );
 
         // Generation 1 still probes, explicitly and by routing.
         assert_eq!(
@@ -185,6 +208,7 @@ async fn broken_replacements_are_refused_with_their_stage_and_the_previous_gener
         Some(4),
         "no new candidate for an unchanged file"
     );
+    assert_eq!(drain(&mut events), [], "nothing changed, nothing told");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -252,6 +276,7 @@ async fn a_replacement_that_traps_is_rolled_back_after_its_probation_and_marked_
         max_inconclusive_ratio: 0.34,
     });
     let explicit = target(&written, &endpoint, Some("kube"));
+    let mut events = runtime.subscribe();
 
     install(
         &dir.join("kube.wasm"),
@@ -291,6 +316,20 @@ async fn a_replacement_that_traps_is_rolled_back_after_its_probation_and_marked_
         failure.message
     );
 
+    let told = drain(&mut events);
+    assert_eq!(
+        told.iter().map(|(kind, _)| *kind).collect::<Vec<_>>(),
+        ["plugin-promoted", "plugin-rolled-back"],
+        "{told:?}"
+    );
+    assert_eq!(told[0].1["generation"], 2);
+    assert_eq!(told[0].1["sha256"], report.promoted[0].hash.as_str());
+    assert_eq!(
+        (&told[1].1["generation"], &told[1].1["restored"]),
+        (&serde_json::json!(2), &serde_json::json!(1))
+    );
+    assert_eq!(told[1].1["message"], failure.message.as_str());
+
     assert_eq!(runtime.probe_attributed(&explicit).await, healthy(1));
     let again = runtime.reload().await.expect("reload");
     assert!(
@@ -319,9 +358,17 @@ async fn a_removed_file_retires_its_plugin_once_running_probes_finish() {
         tokio::spawn(async move { runtime.probe_attributed(&target).await })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut events = runtime.subscribe();
     std::fs::remove_file(dir.join("kube.wasm")).expect("remove");
     let report = runtime.reload().await.expect("reload");
     assert_eq!(report.retired, [("kube".to_owned(), 1)]);
+    assert_eq!(
+        drain(&mut events),
+        [(
+            "plugin-retired",
+            serde_json::json!({ "plugin": "kube", "generation": 1 })
+        )]
+    );
     assert_eq!(status(&runtime).state, PluginState::Retired);
     assert!(runtime.plugins().is_empty());
     assert_eq!(

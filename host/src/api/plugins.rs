@@ -54,7 +54,8 @@ async fn reload_plugins(
     };
     state
         .store
-        .record_plugins_reloaded(
+        .record_plugin_event(
+            "plugins-reloaded",
             &serde_json::to_value(&reloaded).unwrap_or_default(),
             Some(caller.actor()),
             crate::worker::wall_clock(),

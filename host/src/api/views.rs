@@ -329,7 +329,8 @@ pub struct EventView {
     pub id: i64,
     /// When (RFC 3339).
     pub at: String,
-    /// Its kind (`status-changed`, `apps-degraded`, `apps-restored`, `cluster-updated`, …).
+    /// Its kind (`status-changed`, `apps-degraded`, `apps-restored`, `cluster-updated`,
+    /// `plugin-promoted`, `plugin-rolled-back`, …).
     pub kind: String,
     /// The cluster concerned.
     pub cluster: Option<String>,

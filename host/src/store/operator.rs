@@ -508,19 +508,23 @@ impl Store {
         .map_err(query_error("counting unprobed clusters"))
     }
 
-    /// Records a reload of the plugin directory asked through the API, with what it did
-    /// and who asked.
-    pub async fn record_plugins_reloaded(
+    /// Records what happened to the plugins: `plugins-reloaded` (a reload asked through
+    /// the API, with what it did and who asked), or a change of a plugin's generations
+    /// (`plugin-promoted`, `plugin-refused`, `plugin-probation-passed`,
+    /// `plugin-rolled-back`, `plugin-retired`; no actor). An event of the fleet, not of
+    /// a cluster: the event stream shows it.
+    pub async fn record_plugin_event(
         &self,
+        kind: &str,
         detail: &serde_json::Value,
         actor: Option<&str>,
         now: Timestamp,
     ) -> Result<(), StoreError> {
         let mut tx = self.begin_write().await?;
-        insert_event(&mut tx, now, None, None, "plugins-reloaded", detail, actor).await?;
+        insert_event(&mut tx, now, None, None, kind, detail, actor).await?;
         tx.commit()
             .await
-            .map_err(query_error("recording a plugin reload"))
+            .map_err(query_error("recording a plugin event"))
     }
 
     /// The id of the newest event, 0 when there is none.
