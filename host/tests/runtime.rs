@@ -714,3 +714,58 @@ async fn routing_follows_the_labels_accepts_reads() {
     // Each change of labels asked again, in priority order until one accepted.
     assert_eq!((asked("picky"), asked("noop")), (4, 2));
 }
+
+/// `log.enabled` answers what vigil's log takes, for the plugin granted `log` only, and the
+/// SDK's macros format nothing vigil would not record. One thread: the subscriber set for
+/// each case is the one the host calls see.
+#[tokio::test(flavor = "current_thread")]
+async fn a_plugin_asks_which_log_levels_are_recorded_and_formats_nothing_else() {
+    let temp = tempfile::tempdir().expect("tempdir");
+    let granted = plugin_dir(&temp.path().join("granted"), &[("log-levels", ALL_GRANTS)]);
+    let silent = plugin_dir(
+        &temp.path().join("silent"),
+        &[("log-levels", "credentials = true\nhttp = true\n")],
+    );
+    let (granted, _) = load(&granted, None).await;
+    let (silent, _) = load(&silent, None).await;
+    let target = ProbeTarget {
+        cluster: ClusterId(1),
+        name: "c".to_owned(),
+        endpoint: "https://127.0.0.1:9".to_owned(),
+        reference: Reference::parse("/nonexistent/kubeconfig#c").expect("reference"),
+        connection: None,
+        plugin: Some("log-levels".to_owned()),
+        timeout: Duration::from_secs(5),
+        labels: BTreeMap::new(),
+        parameters: BTreeMap::new(),
+    };
+
+    for (filter, runtime, expected) in [
+        (
+            "info",
+            &granted,
+            "enabled: info,warn,error; debug formatted: 0",
+        ),
+        ("warn", &granted, "enabled: warn,error; debug formatted: 0"),
+        (
+            "trace",
+            &granted,
+            "enabled: trace,debug,info,warn,error; debug formatted: 1",
+        ),
+        ("off", &granted, "enabled: ; debug formatted: 0"),
+        ("trace", &silent, "enabled: ; debug formatted: 0"),
+    ] {
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(std::io::sink)
+            .finish();
+        let _default = tracing::subscriber::set_default(subscriber);
+        match runtime.probe(&target).await {
+            ProbeOutcome::NotProbeable {
+                class: ReasonClass::NoPlugin,
+                message,
+            } => assert_eq!(message, expected, "at {filter}"),
+            other => panic!("at {filter}: {other:?}"),
+        }
+    }
+}

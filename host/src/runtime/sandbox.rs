@@ -325,6 +325,20 @@ impl log::Host for CallState {
             log::Level::Error => error!(plugin, "{message}"),
         }
     }
+
+    async fn enabled(&mut self, level: log::Level) -> bool {
+        self.manifest.log
+            && self.log_lines < MAX_LOG_LINES_PER_CALL
+            && match level {
+                // The same callsite target as `write`'s events: the subscriber's filter
+                // answers for both alike.
+                log::Level::Trace => tracing::enabled!(tracing::Level::TRACE),
+                log::Level::Debug => tracing::enabled!(tracing::Level::DEBUG),
+                log::Level::Info => tracing::enabled!(tracing::Level::INFO),
+                log::Level::Warn => tracing::enabled!(tracing::Level::WARN),
+                log::Level::Error => tracing::enabled!(tracing::Level::ERROR),
+            }
+    }
 }
 
 fn truncate(text: &str, max: usize) -> &str {

@@ -3,12 +3,27 @@
 //!
 //! vigil tags every line with the plugin's name and the cluster being probed. Use the
 //! macros — [`crate::trace!`], [`crate::debug!`], [`crate::info!`], [`crate::warn!`],
-//! [`crate::error!`] — which take `format!` arguments. Never log secret material: tokens,
+//! [`crate::error!`] — which take `format!` arguments and format nothing when vigil would
+//! not record the line ([`enabled`]: at vigil's default `info`, debug lines cost one host
+//! call). Never log secret material: tokens,
 //! keys, kubeconfig contents, or the `Debug` output of a request.
 //!
 //! Outside a component (native tests), messages go to standard error instead.
 
 pub use crate::bindings::vigil::plugin::log::Level;
+
+/// Whether a message at `level` would be recorded now (the plugin is granted `log`, and
+/// vigil's log takes that level): the macros ask it before formatting, and so can a
+/// plugin before building a costly message. Outside a component, always.
+pub fn enabled(level: Level) -> bool {
+    #[cfg(target_arch = "wasm32")]
+    return crate::bindings::vigil::plugin::log::enabled(level);
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        let _ = level;
+        true
+    }
+}
 
 /// Writes one message at `level`.
 pub fn write(level: Level, message: &str) {
@@ -35,7 +50,9 @@ impl Level {
 #[macro_export]
 macro_rules! trace {
     ($($arg:tt)*) => {
-        $crate::log::write($crate::log::Level::Trace, &::std::format!($($arg)*))
+        if $crate::log::enabled($crate::log::Level::Trace) {
+            $crate::log::write($crate::log::Level::Trace, &::std::format!($($arg)*))
+        }
     };
 }
 
@@ -43,7 +60,9 @@ macro_rules! trace {
 #[macro_export]
 macro_rules! debug {
     ($($arg:tt)*) => {
-        $crate::log::write($crate::log::Level::Debug, &::std::format!($($arg)*))
+        if $crate::log::enabled($crate::log::Level::Debug) {
+            $crate::log::write($crate::log::Level::Debug, &::std::format!($($arg)*))
+        }
     };
 }
 
@@ -51,7 +70,9 @@ macro_rules! debug {
 #[macro_export]
 macro_rules! info {
     ($($arg:tt)*) => {
-        $crate::log::write($crate::log::Level::Info, &::std::format!($($arg)*))
+        if $crate::log::enabled($crate::log::Level::Info) {
+            $crate::log::write($crate::log::Level::Info, &::std::format!($($arg)*))
+        }
     };
 }
 
@@ -59,7 +80,9 @@ macro_rules! info {
 #[macro_export]
 macro_rules! warn {
     ($($arg:tt)*) => {
-        $crate::log::write($crate::log::Level::Warn, &::std::format!($($arg)*))
+        if $crate::log::enabled($crate::log::Level::Warn) {
+            $crate::log::write($crate::log::Level::Warn, &::std::format!($($arg)*))
+        }
     };
 }
 
@@ -67,6 +90,8 @@ macro_rules! warn {
 #[macro_export]
 macro_rules! error {
     ($($arg:tt)*) => {
-        $crate::log::write($crate::log::Level::Error, &::std::format!($($arg)*))
+        if $crate::log::enabled($crate::log::Level::Error) {
+            $crate::log::write($crate::log::Level::Error, &::std::format!($($arg)*))
+        }
     };
 }
