@@ -29,6 +29,7 @@ mod cache;
 mod catalog;
 mod egress;
 mod engine;
+mod event;
 mod manifest;
 mod outcome;
 mod sandbox;
@@ -64,6 +65,7 @@ pub use self::audit::{
 pub use self::cache::CacheStatus;
 pub use self::catalog::{CandidateFailure, FailureStage, PluginState, ProbationPolicy};
 pub use self::egress::{MAX_REQUEST_BODY_BYTES, MAX_RESPONSE_BODY_BYTES};
+pub use self::event::PluginEvent;
 pub use self::manifest::{DEFAULT_MEMORY_MIB, MAX_MEMORY_MIB, Manifest};
 pub use self::outcome::{MAX_DETAIL_BYTES, MAX_DETAILS, MAX_MESSAGE_BYTES};
 pub use self::sandbox::{
@@ -267,113 +269,6 @@ pub struct ReloadReport {
     /// Files that had not changed since they were last loaded or refused.
     pub unchanged: Vec<String>,
 }
-
-/// A change of a plugin's generations as it happens (DESIGN §4, replacement), for the
-/// history: [`PluginRuntime::subscribe`] hands them out, and `vigil serve` records each.
-/// The generations loaded at start-up are in the log only.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PluginEvent {
-    /// A candidate loaded and now serves (a replacement is on probation).
-    Promoted {
-        /// The plugin.
-        plugin: String,
-        /// Its new generation.
-        generation: u64,
-        /// The version the plugin gives itself.
-        version: String,
-        /// The sha256 of its file, hex.
-        hash: String,
-    },
-    /// A candidate failed; the generation that served before serves on.
-    Refused {
-        /// The plugin.
-        plugin: String,
-        /// The generation that failed.
-        generation: u64,
-        /// Where it failed: `read`, `manifest`, `compile`, `world`, `link`, `limits` or
-        /// `info`.
-        stage: &'static str,
-        /// Why.
-        message: String,
-    },
-    /// A replacement passed its probation: the generation before it is released.
-    ProbationPassed {
-        /// The plugin.
-        plugin: String,
-        /// The generation that passed.
-        generation: u64,
-    },
-    /// A replacement failed its probation: the generation before it serves again.
-    RolledBack {
-        /// The plugin.
-        plugin: String,
-        /// The generation that failed.
-        failed: u64,
-        /// The generation serving again.
-        restored: u64,
-        /// Why.
-        message: String,
-    },
-    /// The plugin's file was removed: the plugin retired.
-    Retired {
-        /// The plugin.
-        plugin: String,
-        /// The generation that retired.
-        generation: u64,
-    },
-}
-
-impl PluginEvent {
-    /// The event's kind in the history: `plugin-promoted`, `plugin-refused`,
-    /// `plugin-probation-passed`, `plugin-rolled-back` or `plugin-retired`.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Self::Promoted { .. } => "plugin-promoted",
-            Self::Refused { .. } => "plugin-refused",
-            Self::ProbationPassed { .. } => "plugin-probation-passed",
-            Self::RolledBack { .. } => "plugin-rolled-back",
-            Self::Retired { .. } => "plugin-retired",
-        }
-    }
-
-    /// The event's details in the history.
-    pub fn detail(&self) -> serde_json::Value {
-        use serde_json::json;
-        match self {
-            Self::Promoted {
-                plugin,
-                generation,
-                version,
-                hash,
-            } => {
-                json!({ "plugin": plugin, "generation": generation, "version": version, "sha256": hash })
-            }
-            Self::Refused {
-                plugin,
-                generation,
-                stage,
-                message,
-            } => {
-                json!({ "plugin": plugin, "generation": generation, "stage": stage, "message": message })
-            }
-            Self::ProbationPassed { plugin, generation } | Self::Retired { plugin, generation } => {
-                json!({ "plugin": plugin, "generation": generation })
-            }
-            Self::RolledBack {
-                plugin,
-                failed,
-                restored,
-                message,
-            } => {
-                json!({ "plugin": plugin, "generation": failed, "restored": restored, "message": message })
-            }
-        }
-    }
-}
-
-/// How many events wait for a slow subscriber before the oldest are dropped (a plugin
-/// changes a few times a day; a burst is one reload of a whole directory).
-const EVENT_BACKLOG: usize = 256;
 
 /// A plugin's call counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -656,7 +551,7 @@ impl PluginRuntime {
                 catalog: Mutex::new(Catalog::new(ProbationPolicy::default())),
                 routes: Mutex::new(Routes::new(Instant::now())),
                 reloading: tokio::sync::Mutex::new(()),
-                events: tokio::sync::broadcast::channel(EVENT_BACKLOG).0,
+                events: tokio::sync::broadcast::channel(event::BACKLOG).0,
                 plugin_dir: settings.plugin_dir.clone(),
                 linker,
                 cache,
