@@ -3,18 +3,19 @@
 //!
 //! vigil tags every line with the plugin's name and the cluster being probed. Use the
 //! macros — [`crate::trace!`], [`crate::debug!`], [`crate::info!`], [`crate::warn!`],
-//! [`crate::error!`] — which take `format!` arguments and format nothing when vigil would
-//! not record the line ([`enabled`]: at vigil's default `info`, debug lines cost one host
-//! call). Never log secret material: tokens,
-//! keys, kubeconfig contents, or the `Debug` output of a request.
+//! [`crate::error!`] — which take `format!` arguments. `trace!` and `debug!` first ask
+//! [`enabled`] and format nothing vigil would not record (at vigil's default `info`, a
+//! debug line costs one host call and no formatting); the other three, recorded unless
+//! vigil's log is turned down, write at once. Never log secret material: tokens, keys,
+//! kubeconfig contents, or the `Debug` output of a request.
 //!
 //! Outside a component (native tests), messages go to standard error instead.
 
 pub use crate::bindings::vigil::plugin::log::Level;
 
 /// Whether a message at `level` would be recorded now (the plugin is granted `log`, and
-/// vigil's log takes that level): the macros ask it before formatting, and so can a
-/// plugin before building a costly message. Outside a component, always.
+/// vigil's log takes that level): `trace!` and `debug!` ask it before formatting, and so
+/// can a plugin before building a costly message. Outside a component, always.
 pub fn enabled(level: Level) -> bool {
     #[cfg(target_arch = "wasm32")]
     return crate::bindings::vigil::plugin::log::enabled(level);
@@ -70,9 +71,7 @@ macro_rules! debug {
 #[macro_export]
 macro_rules! info {
     ($($arg:tt)*) => {
-        if $crate::log::enabled($crate::log::Level::Info) {
-            $crate::log::write($crate::log::Level::Info, &::std::format!($($arg)*))
-        }
+        $crate::log::write($crate::log::Level::Info, &::std::format!($($arg)*))
     };
 }
 
@@ -80,9 +79,7 @@ macro_rules! info {
 #[macro_export]
 macro_rules! warn {
     ($($arg:tt)*) => {
-        if $crate::log::enabled($crate::log::Level::Warn) {
-            $crate::log::write($crate::log::Level::Warn, &::std::format!($($arg)*))
-        }
+        $crate::log::write($crate::log::Level::Warn, &::std::format!($($arg)*))
     };
 }
 
@@ -90,8 +87,6 @@ macro_rules! warn {
 #[macro_export]
 macro_rules! error {
     ($($arg:tt)*) => {
-        if $crate::log::enabled($crate::log::Level::Error) {
-            $crate::log::write($crate::log::Level::Error, &::std::format!($($arg)*))
-        }
+        $crate::log::write($crate::log::Level::Error, &::std::format!($($arg)*))
     };
 }
