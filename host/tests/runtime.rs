@@ -110,6 +110,22 @@ fn target(
     }
 }
 
+/// A cluster `c` whose kubeconfig file does not exist, sent to `plugin`: for plugins that
+/// answer without reading it.
+fn unread_target(plugin: &str) -> ProbeTarget {
+    ProbeTarget {
+        cluster: ClusterId(1),
+        name: "c".to_owned(),
+        endpoint: "https://127.0.0.1:9".to_owned(),
+        reference: Reference::parse("/nonexistent/kubeconfig#c").expect("reference"),
+        connection: None,
+        plugin: Some(plugin.to_owned()),
+        timeout: Duration::from_secs(5),
+        labels: BTreeMap::new(),
+        parameters: BTreeMap::new(),
+    }
+}
+
 fn assert_fault(outcome: &ProbeOutcome, needle: &str) {
     match outcome {
         ProbeOutcome::Inconclusive {
@@ -623,17 +639,7 @@ async fn every_call_runs_on_an_instance_no_call_has_used() {
     // The runtime is sized for 4 calls at once (`load`).
     let (runtime, report) = load(&plugins_dir, None).await;
     assert!(report.refused.is_empty(), "{report:#?}");
-    let target = |plugin: &str| ProbeTarget {
-        cluster: ClusterId(1),
-        name: "c".to_owned(),
-        endpoint: "https://127.0.0.1:9".to_owned(),
-        reference: Reference::parse("/nonexistent/kubeconfig#c").expect("reference"),
-        connection: None,
-        plugin: Some(plugin.to_owned()),
-        timeout: Duration::from_secs(5),
-        labels: BTreeMap::new(),
-        parameters: BTreeMap::new(),
-    };
+    let target = unread_target;
 
     for call in 0..20 {
         let outcome = runtime.probe(&target("once-0")).await;
@@ -674,18 +680,12 @@ async fn routing_follows_the_labels_accepts_reads() {
     let (runtime, report) = load(&dir, None).await;
     assert!(report.refused.is_empty(), "{report:#?}");
     let target = |labels: &[(&str, &str)]| ProbeTarget {
-        cluster: ClusterId(7),
-        name: "c".to_owned(),
-        endpoint: "https://127.0.0.1:9".to_owned(),
-        reference: Reference::parse("/nonexistent/kubeconfig#c").expect("reference"),
-        connection: None,
         plugin: None,
-        timeout: Duration::from_secs(5),
         labels: labels
             .iter()
             .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
             .collect(),
-        parameters: BTreeMap::new(),
+        ..unread_target("")
     };
     let routed_to = |target: ProbeTarget| {
         let runtime = runtime.clone();
@@ -728,17 +728,7 @@ async fn a_plugin_asks_which_log_levels_are_recorded_and_formats_nothing_else() 
     );
     let (granted, _) = load(&granted, None).await;
     let (silent, _) = load(&silent, None).await;
-    let target = ProbeTarget {
-        cluster: ClusterId(1),
-        name: "c".to_owned(),
-        endpoint: "https://127.0.0.1:9".to_owned(),
-        reference: Reference::parse("/nonexistent/kubeconfig#c").expect("reference"),
-        connection: None,
-        plugin: Some("log-levels".to_owned()),
-        timeout: Duration::from_secs(5),
-        labels: BTreeMap::new(),
-        parameters: BTreeMap::new(),
-    };
+    let target = unread_target("log-levels");
 
     for (filter, runtime, expected) in [
         (
