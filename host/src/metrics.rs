@@ -73,6 +73,12 @@ struct PluginLabels {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct PluginChangeLabels {
+    plugin: String,
+    change: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct StatusLabels {
     status: &'static str,
 }
@@ -109,6 +115,7 @@ struct Recorded {
     cascades: Family<CascadeLabels, Counter>,
     cascade_apps: Family<CascadeLabels, Counter>,
     plugin_faults: Family<PluginLabels, Counter>,
+    plugin_changes: Family<PluginChangeLabels, Counter>,
     tick_duration: Histogram,
 }
 
@@ -125,6 +132,7 @@ impl Metrics {
                 cascades: Family::default(),
                 cascade_apps: Family::default(),
                 plugin_faults: Family::default(),
+                plugin_changes: Family::default(),
                 tick_duration: duration_histogram(),
             }),
         }
@@ -168,6 +176,19 @@ impl Metrics {
                 })
                 .inc();
         }
+    }
+
+    /// Records a change of a plugin's generations: `promoted`, `refused`,
+    /// `probation-passed`, `rolled-back` or `retired` (an alert on `rolled-back` says a
+    /// new plugin version misbehaved in production).
+    pub fn record_plugin_change(&self, plugin: &str, change: &'static str) {
+        self.inner
+            .plugin_changes
+            .get_or_create(&PluginChangeLabels {
+                plugin: plugin.to_owned(),
+                change,
+            })
+            .inc();
     }
 
     /// Records what applying a probe did: status transitions and cascades (with the
@@ -307,6 +328,12 @@ impl Metrics {
             "Inconclusive probes caused by the plugin (trap, deadline, memory limit, \
              malformed result, abandoned), by plugin",
             recorded.plugin_faults.clone(),
+        );
+        registry.register(
+            "vigil_plugin_generation_changes",
+            "Changes of a plugin's generations since start-up, by plugin and change: \
+             promoted, refused, probation-passed, rolled-back, retired",
+            recorded.plugin_changes.clone(),
         );
         registry.register(
             "vigil_transitions",

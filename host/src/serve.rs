@@ -168,11 +168,13 @@ pub async fn serve_with_plugins(
         config.concurrency + AUDIT_CONCURRENCY as usize,
     )
     .await?;
-    // Every change of a plugin's generations goes to the history. Subscribed before the
-    // directory is watched, so that no change goes unrecorded.
+    let metrics = Metrics::new(config.metrics_per_cluster);
+    // Every change of a plugin's generations goes to the history and the metrics.
+    // Subscribed before the directory is watched, so that no change goes unrecorded.
     let plugin_events = match &prober {
         EngineProber::Plugins(runtime) => Some(tokio::spawn(record_plugin_events(
             Store::open(&config.database_url).await?,
+            metrics.clone(),
             runtime.subscribe(),
         ))),
         EngineProber::None(_) => None,
@@ -200,24 +202,26 @@ pub async fn serve_with_plugins(
         }
         EngineProber::None(_) => None,
     };
-    let result = run(config, prober.clone(), Arc::new(prober), shutdown).await;
+    let result = run(config, prober.clone(), Arc::new(prober), metrics, shutdown).await;
     for task in [reloads, audits, plugin_events].into_iter().flatten() {
         task.abort();
     }
     result
 }
 
-/// Records each change of a plugin's generations in the history, in order. An event
-/// whose write fails is logged whole instead, and the next one still recorded; a backlog
-/// overrun is logged too.
+/// Records each change of a plugin's generations in the history, in order, and counts
+/// it in the metrics. An event whose write fails is logged whole instead, and the next one
+/// still recorded; a backlog overrun is logged too.
 async fn record_plugin_events(
     store: Store,
+    metrics: Metrics,
     mut events: tokio::sync::broadcast::Receiver<PluginEvent>,
 ) {
     use tokio::sync::broadcast::error::RecvError;
     loop {
         match events.recv().await {
             Ok(event) => {
+                metrics.record_plugin_change(event.plugin(), event.change());
                 if let Err(error) = store
                     .record_plugin_event(event.kind(), &event.detail(), None, wall_clock())
                     .await
@@ -308,7 +312,8 @@ pub async fn serve<P: Prober>(
     shutdown: impl Future<Output = ()>,
 ) -> Result<WorkerStats, ServeError> {
     let _lock = lock(config)?;
-    run(config, prober, Arc::new(NoCatalog), shutdown).await
+    let metrics = Metrics::new(config.metrics_per_cluster);
+    run(config, prober, Arc::new(NoCatalog), metrics, shutdown).await
 }
 
 fn lock(config: &EngineConfig) -> Result<Option<DatabaseLock>, LockError> {
@@ -468,6 +473,7 @@ async fn run<P: Prober>(
     config: &EngineConfig,
     prober: P,
     catalog: Arc<dyn PluginCatalog>,
+    metrics: Metrics,
     shutdown: impl Future<Output = ()>,
 ) -> Result<WorkerStats, ServeError> {
     let access = Access::new(
@@ -480,7 +486,6 @@ async fn run<P: Prober>(
 
     let mut settings = WorkerSettings::new(config.defaults, config.brake, config.concurrency);
     settings.brake_window_explicit = config.brake_window_explicit;
-    let metrics = Metrics::new(config.metrics_per_cluster);
     let worker = Worker::new(store.clone(), prober, settings).with_metrics(metrics.clone());
     let handle = worker.handle();
 

@@ -391,9 +391,16 @@ async fn promtool_accepts_the_scrape() {
     let metrics = Metrics::new(true);
     braked_fleet(&store, &metrics).await;
     metrics.record_probe("kubeconfig-file", &plugin_fault(), Duration::from_secs(61));
+    metrics.record_plugin_change("kubeconfig-file", "rolled-back");
     let text = metrics.render(&store).await.unwrap();
     assert!(
         text.contains(r#"vigil_cluster_status{cluster="b\"2\\",status="ONLINE"} 1"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            r#"vigil_plugin_generation_changes_total{plugin="kubeconfig-file",change="rolled-back"} 1"#
+        ),
         "{text}"
     );
 

@@ -460,6 +460,21 @@ async fn the_plugin_directory_is_live() {
         told.iter().all(|(_, detail)| detail["plugin"] == "kube"),
         "{told:#?}"
     );
+    // And the metrics count them, for an alert on a rollback.
+    let (status, scrape) = send(&vigil.api, "GET", "/metrics", None).await;
+    assert_eq!(status, 200, "{scrape}");
+    for (change, count) in [
+        ("promoted", 2),
+        ("refused", 1),
+        ("rolled-back", 1),
+        ("probation-passed", 1),
+        ("retired", 1),
+    ] {
+        let series = format!(
+            r#"vigil_plugin_generation_changes_total{{plugin="kube",change="{change}"}} {count}"#
+        );
+        assert!(scrape.contains(&series), "{series} in:\n{scrape}");
+    }
 
     vigil.store.close().await;
     let mut child = vigil.child;
@@ -469,13 +484,14 @@ async fn the_plugin_directory_is_live() {
 }
 
 /// `POST path` with a JSON body to vigil's API (no token: loopback, no token set).
-async fn post(api: &ApiClient, path: &str, body: &Value) -> (u16, String) {
+/// One request to the API over a fresh connection: the status and the whole answer.
+async fn send(api: &ApiClient, method: &str, path: &str, body: Option<&Value>) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let authority = api.url().trim_start_matches("http://").to_owned();
     let mut stream = tokio::net::TcpStream::connect(&authority).await.unwrap();
-    let body = body.to_string();
+    let body = body.map(Value::to_string).unwrap_or_default();
     let request = format!(
-        "POST {path} HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     stream.write_all(request.as_bytes()).await.unwrap();
@@ -487,6 +503,10 @@ async fn post(api: &ApiClient, path: &str, body: &Value) -> (u16, String) {
         .and_then(|code| code.parse().ok())
         .unwrap_or(0);
     (status, answer)
+}
+
+async fn post(api: &ApiClient, path: &str, body: &Value) -> (u16, String) {
+    send(api, "POST", path, Some(body)).await
 }
 
 /// The drop-in promise (DESIGN §4): a cluster no plugin can probe becomes probeable when the right

@@ -69,6 +69,23 @@ impl PluginEvent {
         }
     }
 
+    /// The plugin it is about.
+    pub fn plugin(&self) -> &str {
+        match self {
+            Self::Promoted { plugin, .. }
+            | Self::Refused { plugin, .. }
+            | Self::ProbationPassed { plugin, .. }
+            | Self::RolledBack { plugin, .. }
+            | Self::Retired { plugin, .. } => plugin,
+        }
+    }
+
+    /// The change, as the metric labels it: the kind without `plugin-`.
+    pub fn change(&self) -> &'static str {
+        let kind = self.kind();
+        kind.strip_prefix("plugin-").unwrap_or(kind)
+    }
+
     /// The event's details in the history.
     pub fn detail(&self) -> serde_json::Value {
         use serde_json::json;
