@@ -111,7 +111,7 @@ impl Manifest {
 
     /// Parses the text of a `NAME.toml`.
     pub fn parse(text: &str) -> Result<Self, String> {
-        let manifest: Self = toml::from_str(text).map_err(|error| error.to_string())?;
+        let manifest: Self = toml::from_str(text).map_err(|error| toml_problem(&error, text))?;
         if manifest.memory_mib == 0 || manifest.memory_mib > MAX_MEMORY_MIB {
             return Err(format!(
                 "memory-mib must be between 1 and {MAX_MEMORY_MIB}, not {}",
@@ -135,9 +135,47 @@ impl Manifest {
     }
 }
 
+/// A TOML error as `line L, column C: WHAT`, without the rendering's quote of the line nor
+/// any value the message quotes: a `NAME.toml` may hold a parameter's value, and the
+/// message goes to the log and the API.
+fn toml_problem(error: &toml::de::Error, text: &str) -> String {
+    let what = vigil_kubeconfig_rules::text::sanitize_parser_problem(
+        error.message(),
+        text,
+        "not a valid plugin manifest",
+    );
+    let Some(at) = error.span().map(|span| span.start.min(text.len())) else {
+        return what;
+    };
+    let before = text.get(..at).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    format!("line {line}, column {column}: {what}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_broken_manifest_is_located_without_quoting_its_values() {
+        for (text, at) in [
+            (
+                "log = true\n[parameters]\ntoken = s3cr3t-t0ken-value\n",
+                "line 3, column 9: ",
+            ),
+            ("log = \"s3cr3t-t0ken-value\"\n", "line 1, column 7: "),
+            (
+                "[parameters]\ntoken = \"s3cr3t-t0ken-value\n",
+                "line 2, column 28: ",
+            ),
+        ] {
+            let error = Manifest::parse(text).expect_err(text);
+            assert!(error.starts_with(at), "{text:?}: {error}");
+            assert!(!error.contains("s3cr3t"), "{text:?}: {error}");
+            assert!(!error.contains('\n'), "one line: {error}");
+        }
+    }
 
     #[test]
     fn secret_namespaces_are_denied_by_default_and_must_be_namespace_names() {

@@ -52,7 +52,16 @@ const MAX_PROBLEM_CHARS: usize = 120;
 /// that still contains a long token (8+ characters) of the file's text is replaced by a
 /// generic one.
 pub fn sanitize_yaml_problem(message: &str, source: &str) -> String {
-    const GENERIC: &str = "the YAML does not have a kubeconfig's structure";
+    sanitize_parser_problem(
+        message,
+        source,
+        "the YAML does not have a kubeconfig's structure",
+    )
+}
+
+/// [`sanitize_yaml_problem`] for any parser's message (TOML's too: its messages are serde's
+/// and quote input the same way), with `generic` as the last guard's replacement.
+pub fn sanitize_parser_problem(message: &str, source: &str, generic: &str) -> String {
     // The plain rendering ends with " at line L, column C"; the position is reported apart.
     let message = message
         .rfind(" at line ")
@@ -105,7 +114,7 @@ pub fn sanitize_yaml_problem(message: &str, source: &str) -> String {
         .map(|word| word.trim_matches(|c: char| c.is_ascii_punctuation()))
         .any(|word| source_tokens.contains(word));
     if kept.is_empty() || shares_a_long_word {
-        return GENERIC.to_owned();
+        return generic.to_owned();
     }
     kept.chars().take(MAX_PROBLEM_CHARS).collect()
 }
