@@ -171,11 +171,13 @@ pub async fn serve_with_plugins(
     let metrics = Metrics::new(config.metrics_per_cluster);
     // Every change of a plugin's generations goes to the history and the metrics.
     // Subscribed before the directory is watched, so that no change goes unrecorded.
+    let (stop_events, events_stopped) = tokio::sync::oneshot::channel();
     let plugin_events = match &prober {
         EngineProber::Plugins(runtime) => Some(tokio::spawn(record_plugin_events(
             Store::open(&config.database_url).await?,
             metrics.clone(),
             runtime.subscribe(),
+            events_stopped,
         ))),
         EngineProber::None(_) => None,
     };
@@ -203,40 +205,67 @@ pub async fn serve_with_plugins(
         EngineProber::None(_) => None,
     };
     let result = run(config, prober.clone(), Arc::new(prober), metrics, shutdown).await;
-    for task in [reloads, audits, plugin_events].into_iter().flatten() {
+    for task in [reloads, audits].into_iter().flatten() {
         task.abort();
+    }
+    // The changes made before the stop are still recorded; a database that does not answer
+    // does not hold the exit for long.
+    let _ = stop_events.send(());
+    if let Some(task) = plugin_events
+        && tokio::time::timeout(EVENTS_DRAIN, task).await.is_err()
+    {
+        warn!("plugin events still unrecorded at shutdown were dropped");
     }
     result
 }
 
+/// How long the plugin events sent before shutdown may take to be recorded.
+const EVENTS_DRAIN: Duration = Duration::from_secs(2);
+
 /// Records each change of a plugin's generations in the history, in order, and counts
-/// it in the metrics. An event whose write fails is logged whole instead, and the next one
-/// still recorded; a backlog overrun is logged too.
+/// it in the metrics, until `stop`; then records what was sent before it and returns. An
+/// event whose write fails is logged whole instead, and the next one still recorded; a
+/// backlog overrun is logged too.
 async fn record_plugin_events(
     store: Store,
     metrics: Metrics,
     mut events: tokio::sync::broadcast::Receiver<PluginEvent>,
+    mut stop: tokio::sync::oneshot::Receiver<()>,
 ) {
-    use tokio::sync::broadcast::error::RecvError;
+    use tokio::sync::broadcast::error::{RecvError, TryRecvError};
+    let lagged = |missed: u64| {
+        warn!(
+            missed,
+            "plugin events came faster than the history recorded them; some are missing from it"
+        );
+    };
     loop {
-        match events.recv().await {
-            Ok(event) => {
-                metrics.record_plugin_change(event.plugin(), event.change());
-                if let Err(error) = store
-                    .record_plugin_event(event.kind(), &event.detail(), None, wall_clock())
-                    .await
-                {
-                    warn!(kind = event.kind(), detail = %event.detail(), error = %crate::worker::error_chain(&error), "a plugin event was not recorded in the history");
+        tokio::select! {
+            biased;
+            received = events.recv() => match received {
+                Ok(event) => record_plugin_event(&store, &metrics, &event).await,
+                Err(RecvError::Lagged(missed)) => lagged(missed),
+                Err(RecvError::Closed) => return,
+            },
+            _ = &mut stop => loop {
+                // Stopping: what was sent before, then no more.
+                match events.try_recv() {
+                    Ok(event) => record_plugin_event(&store, &metrics, &event).await,
+                    Err(TryRecvError::Lagged(missed)) => lagged(missed),
+                    Err(TryRecvError::Empty | TryRecvError::Closed) => return,
                 }
-            }
-            Err(RecvError::Lagged(missed)) => {
-                warn!(
-                    missed,
-                    "plugin events came faster than the history recorded them; some are missing from it"
-                );
-            }
-            Err(RecvError::Closed) => return,
+            },
         }
+    }
+}
+
+async fn record_plugin_event(store: &Store, metrics: &Metrics, event: &PluginEvent) {
+    metrics.record_plugin_change(event.plugin(), event.change());
+    if let Err(error) = store
+        .record_plugin_event(event.kind(), &event.detail(), None, wall_clock())
+        .await
+    {
+        warn!(kind = event.kind(), detail = %event.detail(), error = %crate::worker::error_chain(&error), "a plugin event was not recorded in the history");
     }
 }
 
@@ -640,4 +669,62 @@ pub async fn run_discovery(
         worker.wake();
     }
     Ok(summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn retired(generation: u64) -> PluginEvent {
+        PluginEvent::Retired {
+            plugin: "kube".to_owned(),
+            generation,
+        }
+    }
+
+    /// What was sent before the stop is recorded, in order, counted, and then the recorder
+    /// returns, even with its sender alive.
+    #[tokio::test]
+    async fn the_plugin_events_sent_before_the_stop_are_recorded_then_the_recorder_ends() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let url = format!("sqlite://{}", dir.path().join("vigil.db").display());
+        let store = Store::open(&url).await.expect("store");
+        let metrics = Metrics::new(false);
+        let (sender, events) = tokio::sync::broadcast::channel(16);
+        let (stop, stopped) = tokio::sync::oneshot::channel();
+        let recorder = tokio::spawn(record_plugin_events(
+            store.clone(),
+            metrics.clone(),
+            events,
+            stopped,
+        ));
+        for generation in 1..=3 {
+            sender.send(retired(generation)).expect("send");
+        }
+        stop.send(()).expect("stop");
+        tokio::time::timeout(Duration::from_secs(10), recorder)
+            .await
+            .expect("the recorder ends at the stop")
+            .expect("join");
+
+        let recorded: Vec<(String, serde_json::Value)> = store
+            .events_after(0, 100)
+            .await
+            .expect("events")
+            .into_iter()
+            .map(|e| (e.kind, serde_json::from_str(&e.detail).expect("json")))
+            .collect();
+        let expected: Vec<(String, serde_json::Value)> = (1..=3)
+            .map(|g| (retired(g).kind().to_owned(), retired(g).detail()))
+            .collect();
+        assert_eq!(recorded, expected);
+        let text = metrics.render(&store).await.expect("render");
+        assert!(
+            text.contains(
+                r#"vigil_plugin_generation_changes_total{plugin="kube",change="retired"} 3"#
+            ),
+            "{text}"
+        );
+        drop(sender);
+    }
 }
