@@ -565,6 +565,80 @@ async fn the_platform_clears_the_outage_marker_by_status_and_by_deployment() {
 }
 
 #[tokio::test]
+async fn an_app_is_removed_with_its_deployments_which_frees_its_cluster_for_deletion() {
+    let api = api().await;
+    api.register("old").await;
+    api.app("svc", "old").await;
+    api.app("other", "old").await;
+    let deployed = api.deploy("svc").await;
+    let deployment = deployed.headers[header::LOCATION]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    api.make_offline("old").await;
+
+    // Needs a token; an unknown app is a 404 problem.
+    let anonymous = api
+        .send(Method::DELETE, "/api/v1/apps/svc", None, None)
+        .await;
+    assert_eq!(
+        anonymous.status,
+        StatusCode::UNAUTHORIZED,
+        "{}",
+        anonymous.text
+    );
+    check_problem(
+        &api.send(Method::DELETE, "/api/v1/apps/none", Some(TOKEN), None)
+            .await,
+        StatusCode::NOT_FOUND,
+        "not-found",
+        None,
+    );
+
+    // Allowed on an OFFLINE cluster: removing deploys nothing there.
+    let removed = api
+        .send(Method::DELETE, "/api/v1/apps/svc", Some(TOKEN), None)
+        .await;
+    assert_eq!(removed.status, StatusCode::NO_CONTENT, "{}", removed.text);
+    for gone in [
+        "/api/v1/apps/svc",
+        "/api/v1/apps/svc/deployments",
+        deployment.as_str(),
+    ] {
+        check_problem(
+            &api.get(gone).await,
+            StatusCode::NOT_FOUND,
+            "not-found",
+            None,
+        );
+    }
+    let history = api.get("/api/v1/clusters/old/history?limit=1").await;
+    let event = &history.body["items"][0];
+    assert_eq!(event["kind"], "app-deleted", "{event}");
+    assert_eq!(event["actor"], "default");
+    assert_eq!(event["detail"]["app"], "svc");
+    assert_eq!(event["detail"]["status"], "DEGRADED", "the status it had");
+    assert_eq!(event["detail"]["deployments"], 1);
+    assert_eq!(
+        api.get("/api/v1/apps/other").await.status,
+        StatusCode::OK,
+        "only that app"
+    );
+
+    // The cluster is deleted once its last app is gone.
+    let refused = api
+        .send(Method::DELETE, "/api/v1/clusters/old", Some(TOKEN), None)
+        .await;
+    check_problem(&refused, StatusCode::CONFLICT, "cluster-has-apps", None);
+    api.send(Method::DELETE, "/api/v1/apps/other", Some(TOKEN), None)
+        .await;
+    let deleted = api
+        .send(Method::DELETE, "/api/v1/clusters/old", Some(TOKEN), None)
+        .await;
+    assert_eq!(deleted.status, StatusCode::NO_CONTENT, "{}", deleted.text);
+}
+
+#[tokio::test]
 async fn delete_is_refused_while_apps_remain_and_a_discovered_cluster_is_remembered() {
     let api = api().await;
     api.register("busy").await;
@@ -1043,6 +1117,7 @@ async fn every_documented_route_is_served_and_every_served_route_is_documented()
     }
     documented.sort();
     let served = [
+        "DELETE /api/v1/apps/{name}",
         "DELETE /api/v1/clusters/{name}",
         "GET /api/v1/apps",
         "GET /api/v1/apps/{name}",

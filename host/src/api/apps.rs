@@ -23,7 +23,7 @@ use crate::worker::wall_clock;
 pub(super) fn routes() -> OpenApiRouter<ApiState> {
     OpenApiRouter::new()
         .routes(routes!(list_apps, register_app))
-        .routes(routes!(get_app))
+        .routes(routes!(get_app, delete_app))
         .routes(routes!(reassign_app))
         .routes(routes!(set_app_status))
         .routes(routes!(create_deployment))
@@ -132,6 +132,28 @@ async fn get_app(
     ApiPath(AppName { name }): ApiPath<AppName>,
 ) -> Result<axum::Json<AppView>, Problem> {
     Ok(axum::Json(AppView::from(&state.store.app(&name).await?)))
+}
+
+/// Removes an app and its deployment records; the history of the cluster it was on
+/// keeps an `app-deleted` event naming the caller. A cluster can be deleted once no app
+/// remains on it.
+#[utoipa::path(delete, path = "/api/v1/apps/{name}", tag = "apps", params(AppName),
+    security(("bearer" = [])),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 401, description = "No valid token", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such app", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn delete_app(
+    State(state): State<ApiState>,
+    Extension(caller): Extension<Caller>,
+    ApiPath(AppName { name }): ApiPath<AppName>,
+) -> Result<StatusCode, Problem> {
+    state
+        .store
+        .delete_app_as(&name, Some(caller.actor()), wall_clock())
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// Where to move an app.

@@ -628,6 +628,49 @@ impl Store {
         Ok(app)
     }
 
+    /// Removes an app and its deployment records, with an `app-deleted` event in the
+    /// history of the cluster it was on (naming the caller). Allowed whatever that
+    /// cluster's status: removing an app deploys nothing there. Once a cluster's apps
+    /// are moved or removed, the cluster can be deleted.
+    pub async fn delete_app_as(
+        &self,
+        name: &str,
+        actor: Option<&str>,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        let app = app_in(&mut tx, name).await?;
+        let deployments = sqlx::query("DELETE FROM deployments WHERE app_id = ?")
+            .bind(app.id.0)
+            .execute(&mut *tx)
+            .await
+            .map_err(query_error("deleting an app's deployments"))?
+            .rows_affected();
+        sqlx::query("DELETE FROM apps WHERE id = ?")
+            .bind(app.id.0)
+            .execute(&mut *tx)
+            .await
+            .map_err(query_error("deleting an app"))?;
+        let cluster_id = cluster_id_by_name(&mut tx, &app.cluster).await?.0;
+        insert_event(
+            &mut tx,
+            now,
+            Some((cluster_id, &app.cluster)),
+            None,
+            "app-deleted",
+            &serde_json::json!({
+                "app": name,
+                "status": app.status.as_str(),
+                "deployments": deployments,
+            }),
+            actor,
+        )
+        .await?;
+        tx.commit()
+            .await
+            .map_err(query_error("committing an app's deletion"))
+    }
+
     /// Moves an app to another cluster, refused while the target is OFFLINE (R6, inside
     /// the transaction); clears the marker (R7).
     pub async fn reassign_app_as(
