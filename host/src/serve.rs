@@ -223,7 +223,8 @@ pub async fn serve_with_plugins(
 const EVENTS_DRAIN: Duration = Duration::from_secs(2);
 
 /// Records each change of a plugin's generations in the history, in order, and counts
-/// it in the metrics, until `stop`; then records what was sent before it and returns. An
+/// it in the metrics, until `stop`. Every event sent before the stop is recorded first:
+/// the select is biased towards the events, so `stop` is only taken when none waits. An
 /// event whose write fails is logged whole instead, and the next one still recorded; a
 /// backlog overrun is logged too.
 async fn record_plugin_events(
@@ -232,29 +233,19 @@ async fn record_plugin_events(
     mut events: tokio::sync::broadcast::Receiver<PluginEvent>,
     mut stop: tokio::sync::oneshot::Receiver<()>,
 ) {
-    use tokio::sync::broadcast::error::{RecvError, TryRecvError};
-    let lagged = |missed: u64| {
-        warn!(
-            missed,
-            "plugin events came faster than the history recorded them; some are missing from it"
-        );
-    };
+    use tokio::sync::broadcast::error::RecvError;
     loop {
         tokio::select! {
             biased;
             received = events.recv() => match received {
                 Ok(event) => record_plugin_event(&store, &metrics, &event).await,
-                Err(RecvError::Lagged(missed)) => lagged(missed),
+                Err(RecvError::Lagged(missed)) => warn!(
+                    missed,
+                    "plugin events came faster than the history recorded them; some are missing from it"
+                ),
                 Err(RecvError::Closed) => return,
             },
-            _ = &mut stop => loop {
-                // Stopping: what was sent before, then no more.
-                match events.try_recv() {
-                    Ok(event) => record_plugin_event(&store, &metrics, &event).await,
-                    Err(TryRecvError::Lagged(missed)) => lagged(missed),
-                    Err(TryRecvError::Empty | TryRecvError::Closed) => return,
-                }
-            },
+            _ = &mut stop => return,
         }
     }
 }
