@@ -169,40 +169,36 @@ pub async fn serve_with_plugins(
     )
     .await?;
     let metrics = Metrics::new(config.metrics_per_cluster);
-    // Every change of a plugin's generations goes to the history and the metrics.
-    // Subscribed before the directory is watched, so that no change goes unrecorded.
     let (stop_events, events_stopped) = tokio::sync::oneshot::channel();
-    let plugin_events = match &prober {
-        EngineProber::Plugins(runtime) => Some(tokio::spawn(record_plugin_events(
-            Store::open(&config.database_url).await?,
-            metrics.clone(),
-            runtime.subscribe(),
-            events_stopped,
-        ))),
-        EngineProber::None(_) => None,
-    };
-    // The plugin directory is live: changes to it and SIGHUP reload it.
-    let reloads = match &prober {
-        EngineProber::Plugins(runtime) => Some(tokio::spawn(crate::plugin_watch::reload_loop(
-            runtime.clone(),
-            config.plugins.plugin_dir.clone(),
-        ))),
-        EngineProber::None(_) => None,
-    };
-    // Drain-readiness audits of the ONLINE clusters, by the audit plugins.
-    let audits = match &prober {
-        EngineProber::Plugins(_) => {
+    let (plugin_events, reloads, audits) = match &prober {
+        EngineProber::Plugins(runtime) => {
+            // One pool for the tasks beside the worker.
+            let store = Store::open(&config.database_url).await?;
+            // Every change of a plugin's generations goes to the history and the metrics:
+            // subscribed before the directory is watched, so that no change goes unrecorded.
+            let plugin_events = tokio::spawn(record_plugin_events(
+                store.clone(),
+                metrics.clone(),
+                runtime.subscribe(),
+                events_stopped,
+            ));
+            // The plugin directory is live: changes to it and SIGHUP reload it.
+            let reloads = tokio::spawn(crate::plugin_watch::reload_loop(
+                runtime.clone(),
+                config.plugins.plugin_dir.clone(),
+            ));
+            // Drain-readiness audits of the ONLINE clusters, by the audit plugins.
             let mut settings = AuditSettings::new(config.audit_interval, config.audit_timeout);
             settings.concurrency = AUDIT_CONCURRENCY;
-            let store = Store::open(&config.database_url).await?;
-            Some(tokio::spawn(audit_loop(
+            let audits = tokio::spawn(audit_loop(
                 store,
                 Arc::new(prober.clone()),
                 settings,
                 std::future::pending::<()>(),
-            )))
+            ));
+            (Some(plugin_events), Some(reloads), Some(audits))
         }
-        EngineProber::None(_) => None,
+        EngineProber::None(_) => (None, None, None),
     };
     let result = run(config, prober.clone(), Arc::new(prober), metrics, shutdown).await;
     for task in [reloads, audits].into_iter().flatten() {
