@@ -102,6 +102,10 @@ pub struct ConnectionMaterial {
     pub kubeconfig: PathBuf,
     /// The context used (the reference's, or the file's `current-context`).
     pub context: String,
+    /// The name of the context's cluster entry.
+    pub cluster: String,
+    /// The name of the context's user entry; `None` when the context names no user.
+    pub user: Option<String>,
     /// The API server URL.
     pub server: String,
     /// The name to check the server's certificate against, when it differs from the URL's host.
@@ -428,6 +432,8 @@ fn resolve_config(
         served_kubeconfig,
         kubeconfig: kubeconfig.to_path_buf(),
         context: context_name,
+        cluster: parts.cluster_entry.name.clone(),
+        user: parts.user_entry.map(|entry| entry.name.clone()),
         server: parts.server.to_owned(),
         tls_server_name: cluster
             .tls_server_name

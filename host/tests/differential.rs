@@ -17,14 +17,19 @@
 //! Their conclusions are compared field by field, and word for word for the descriptions and
 //! reasons. Where they legitimately differ, [`EXPECTED_DIFFERENCES`] says so case by case.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use std::time::Duration;
+
 use sha2::{Digest, Sha256};
 use vigil::reference::{Material, Reference, Resolution, resolve};
+use vigil::runtime::{PluginRuntime, RuntimeSettings};
+use vigil::worker::{ProbeTarget, Prober};
+use vigil_decision::{ClusterId, ProbeOutcome};
 use vigil_plugin_sdk::apiserver::ApiServer;
 use vigil_plugin_sdk::credentials::CredentialsError;
 use vigil_plugin_sdk::kubeconfig::{self, Kubeconfig, Selection, select};
@@ -32,6 +37,9 @@ use vigil_plugin_sdk::{ProbeError, SecretBytes};
 
 #[path = "support/corpus.rs"]
 mod support;
+
+#[path = "support/plugins.rs"]
+mod plugins;
 
 use support::{corpus, corpus_files};
 
@@ -439,6 +447,82 @@ fn the_served_rendering_reads_as_the_file_does() {
                         "{case} (the plugin names {named:?})\n  file:      {from_file:?}\n  rendering: {from_rendering:?}"
                     ));
                 }
+            }
+        }
+    }
+    assert!(
+        disagreements.is_empty(),
+        "{} cases read differently:\n{}",
+        disagreements.len(),
+        disagreements.join("\n")
+    );
+    assert!(probeable >= 10, "only {probeable} probeable cases");
+}
+
+/// What `credentials.context` serves a plugin — the host's own reading of the selected
+/// context, already decoded — is what the plugin reads in the served kubeconfig itself:
+/// for every probeable case of the corpus, the `context-agrees` test plugin, run by the real
+/// runtime on the host's resolution of the case, asks for both and compares them field by
+/// field (names, server, TLS settings, the bytes of inline material, the resolved path of a
+/// file). With `the_served_rendering_reads_as_the_file_does` above, both ways of reading a
+/// context agree with the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_served_context_reads_as_the_served_kubeconfig_does() {
+    let temp = tempfile::tempdir().expect("tempdir");
+    let plugins = temp.path().join("plugins.d");
+    fs::create_dir_all(&plugins).expect("create the plugin dir");
+    fs::copy(
+        plugins::plugin_file("context-agrees"),
+        plugins.join("context-agrees.wasm"),
+    )
+    .expect("copy the plugin");
+    fs::write(plugins.join("context-agrees.toml"), "credentials = true\n").expect("grants");
+    let (runtime, report) = PluginRuntime::load(&RuntimeSettings {
+        plugin_dir: plugins,
+        cache_dir: None,
+        concurrency: 4,
+        credential_dirs: Vec::new(),
+        secrets: None,
+    })
+    .await
+    .expect("the runtime starts");
+    assert!(report.refused.is_empty(), "{:?}", report.refused);
+
+    let root = corpus();
+    let (mut probeable, mut disagreements) = (0, Vec::new());
+    for file in corpus_files(&root) {
+        let relative = file
+            .strip_prefix(&root)
+            .expect("under the corpus")
+            .display()
+            .to_string();
+        for context in contexts_of(&file) {
+            let reference = Reference::File {
+                path: file.to_str().expect("corpus paths are UTF-8").to_owned(),
+                context: context.clone(),
+            };
+            let Resolution::Connection(material) = resolve(&reference) else {
+                continue;
+            };
+            probeable += 1;
+            let case = format!(
+                "{relative} #{}",
+                context.as_deref().unwrap_or("(current context)")
+            );
+            let target = ProbeTarget {
+                cluster: ClusterId(1),
+                name: "corpus".to_owned(),
+                endpoint: material.server.clone(),
+                reference,
+                connection: Some(material),
+                plugin: Some("context-agrees".to_owned()),
+                timeout: Duration::from_secs(5),
+                labels: BTreeMap::new(),
+                parameters: BTreeMap::new(),
+            };
+            match runtime.probe(&target).await {
+                ProbeOutcome::Healthy => println!("agree      {case}"),
+                other => disagreements.push(format!("{case}: {other:?}")),
             }
         }
     }

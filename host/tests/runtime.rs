@@ -410,6 +410,65 @@ async fn a_reference_no_plugin_accepts_is_not_probeable() {
     ));
 }
 
+/// `credentials.context` serves the host's resolution of a file reference to a plugin
+/// granted `credentials`, and only to it: without the grant it is `denied`, and for a file
+/// reference the host could not resolve it is `not-found` (the `context-agrees` plugin
+/// quotes the host's message).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_resolved_context_is_served_only_with_the_credentials_grant() {
+    let temp = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = temp.path().join("config");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters:\n- name: k\n  cluster:\n    server: https://127.0.0.1:9\n    tls-server-name: api.test\nusers:\n- name: u\n  user:\n    token: context-test-token\ncontexts:\n- name: c\n  context: {cluster: k, user: u}\n",
+    )
+    .expect("write the kubeconfig");
+    let reference = Reference::parse(&format!("{}#c", kubeconfig.display())).expect("reference");
+    let Resolution::Connection(material) = reference::resolve(&reference) else {
+        panic!("the test kubeconfig does not resolve");
+    };
+    let target = ProbeTarget {
+        cluster: ClusterId(1),
+        name: "c".to_owned(),
+        endpoint: "https://127.0.0.1:9".to_owned(),
+        reference,
+        connection: Some(material),
+        plugin: Some("context-agrees".to_owned()),
+        timeout: Duration::from_secs(2),
+        labels: BTreeMap::new(),
+        parameters: BTreeMap::new(),
+    };
+    let not_probeable = |outcome: ProbeOutcome, needle: &str| match outcome {
+        ProbeOutcome::NotProbeable {
+            class: ReasonClass::ReferenceBroken,
+            message,
+        } => assert!(message.contains(needle), "{needle:?} not in {message:?}"),
+        other => panic!("expected not-probeable, got {other:?}"),
+    };
+
+    let granted = plugin_dir(
+        &temp.path().join("granted"),
+        &[("context-agrees", "credentials = true\n")],
+    );
+    let (runtime, _) = load(&granted, None).await;
+    assert_eq!(runtime.probe(&target).await, ProbeOutcome::Healthy);
+    let unresolved = ProbeTarget {
+        connection: None,
+        ..target.clone()
+    };
+    not_probeable(
+        runtime.probe(&unresolved).await,
+        "credentials.context failed: the kubeconfig",
+    );
+
+    let ungranted = plugin_dir(&temp.path().join("ungranted"), &[("context-agrees", "")]);
+    let (runtime, _) = load(&ungranted, None).await;
+    not_probeable(
+        runtime.probe(&target).await,
+        "credentials.context failed: credentials are not granted",
+    );
+}
+
 /// A loopback listener that counts the connections it is offered and answers each
 /// request with `200 ok` (a plain HTTP server, for hosts outside the cluster).
 struct PlainServer {

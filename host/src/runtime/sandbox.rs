@@ -389,6 +389,41 @@ impl credentials::Host for CallState {
         Ok(served)
     }
 
+    async fn context(&mut self) -> Result<credentials::KubeContext, credentials::CredentialsError> {
+        use credentials::CredentialsError as E;
+        if !self.manifest.credentials {
+            warn!(plugin = %self.plugin, "credentials.context denied: credentials are not granted");
+            return Err(E::Denied(
+                "credentials are not granted to this plugin".to_owned(),
+            ));
+        }
+        let Some(cluster) = &self.cluster else {
+            return Err(E::NotFound("this call is about no cluster".to_owned()));
+        };
+        let material = match (&cluster.reference, &cluster.material) {
+            (Reference::File { .. }, Some(material)) => material,
+            (Reference::File { path, .. }, None) => {
+                return Err(E::NotFound(format!(
+                    "the kubeconfig {path} could not be resolved"
+                )));
+            }
+            (Reference::Secret { .. }, _) => {
+                return Err(E::NotFound(
+                    "a secret:// reference's kubeconfig is read with credentials.kubeconfig"
+                        .to_owned(),
+                ));
+            }
+            (Reference::Http { .. }, _) => {
+                return Err(E::NotFound(
+                    "an http(s):// reference names no kubeconfig".to_owned(),
+                ));
+            }
+        };
+        // As for `kubeconfig`: the context's server is now material served to this call.
+        self.egress.policy.add_cluster_url(&material.server);
+        Ok(kube_context(material))
+    }
+
     async fn read_file(&mut self, path: String) -> CredentialsResult {
         use credentials::CredentialsError as E;
         if !self.manifest.credentials {
@@ -772,6 +807,32 @@ impl KnownKubeconfigs {
             known.insert(digest, *clock);
         }
         parses
+    }
+}
+
+/// The contract's form of what the host resolved for a kubeconfig context.
+fn kube_context(material: &ConnectionMaterial) -> credentials::KubeContext {
+    let served = |material: &Option<reference::Material>| {
+        material.as_ref().map(|material| match material {
+            reference::Material::Inline(bytes) => {
+                credentials::Material::Data(bytes.expose_secret().to_vec())
+            }
+            reference::Material::File(path) => {
+                credentials::Material::File(path.to_string_lossy().into_owned())
+            }
+        })
+    };
+    credentials::KubeContext {
+        context: material.context.clone(),
+        cluster: material.cluster.clone(),
+        user: material.user.clone(),
+        server: material.server.clone(),
+        tls_server_name: material.tls_server_name.clone(),
+        insecure_skip_tls_verify: material.insecure_skip_tls_verify,
+        certificate_authority: served(&material.ca),
+        client_certificate: served(&material.client_certificate),
+        client_key: served(&material.client_key),
+        token: served(&material.token),
     }
 }
 

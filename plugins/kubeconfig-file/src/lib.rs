@@ -1,14 +1,16 @@
 //! `kubeconfig-file`: vigil's probe plugin for clusters referenced by a kubeconfig file
 //! (`/ABSOLUTE/PATH#CONTEXT`, or the file's `current-context` without `#CONTEXT`).
 //!
-//! A probe reads the kubeconfig through `credentials.kubeconfig()` (the host serves the
-//! reference's context alone, as JSON), then the guest SDK's
-//! [`probe_kubeconfig`] selects the context exactly as vigil's host does, reads the files
-//! the context names through `credentials.read-file`, and sends one
-//! `GET {server}/api/v1/namespaces?limit=1` through `http.send` with the context's TLS
-//! material and bearer token — the ADR's health check. The host bounds the request by the
-//! probe's budget and opens a fresh connection for it. The `kube-secret` plugin probes the
-//! same way from a kubeconfig held in a Secret.
+//! A probe asks vigil for the reference's context through `credentials.context()`: vigil
+//! resolved it, exactly as its own reading of kubeconfigs does, from the file it read just
+//! before the call (the server, the TLS settings and material, the user's credentials), so
+//! the plugin parses nothing. The SDK's [`probe_selection`] then reads the files the
+//! context names through `credentials.read-file` (a token file at every probe: projected
+//! tokens rotate) and sends one `GET {server}/api/v1/namespaces?limit=1` through
+//! `http.send` with the context's TLS material and bearer token — the ADR's health check.
+//! The host bounds the request by the probe's budget and opens a fresh connection for it.
+//! The `kube-secret` plugin probes the same way from a kubeconfig held in a Secret, which
+//! it reads and selects itself.
 //!
 //! | what happened | outcome |
 //! |---|---|
@@ -19,15 +21,15 @@
 //! | timeout, refused, TLS, DNS | unhealthy with that class |
 //! | anything else on the wire, oversized body | unhealthy `bad-response` |
 //! | request denied by vigil | inconclusive `denied` |
-//! | reference, kubeconfig, context, user or file unusable | not-probeable `reference-broken` |
-//! | `exec` or `auth-provider` user | not-probeable `exec-credentials` |
+//! | reference, kubeconfig, context, user or file unusable | not-probeable `reference-broken` (by vigil before the call, or by the plugin for a file it cannot read or that is not PEM) |
+//! | `exec` or `auth-provider` user | not-probeable `exec-credentials` (by vigil, before the call) |
 //!
 //! Grants (`kubeconfig-file.toml`): `log`, `credentials`, `http`.
 
 // The export glue comes from `register!`; this crate itself needs no `unsafe`.
 #![forbid(unsafe_code)]
 
-use vigil_plugin_sdk::apiserver::probe_kubeconfig;
+use vigil_plugin_sdk::apiserver::probe_selection;
 use vigil_plugin_sdk::reference::Reference;
 use vigil_plugin_sdk::{
     PluginInfo, ProbeError, ProbePlugin, ProbeReport, ProbeRequest, ReasonClass, credentials,
@@ -48,8 +50,8 @@ impl ProbePlugin for KubeconfigFile {
     }
 
     fn probe(request: ProbeRequest) -> Result<ProbeReport, ProbeError> {
-        let (path, context) = match Reference::parse(&request.cluster.reference) {
-            Ok(Reference::File { path, context }) => (path, context),
+        let path = match Reference::parse(&request.cluster.reference) {
+            Ok(Reference::File { path, .. }) => path,
             Ok(other) => {
                 return Err(ProbeError::not_probeable(
                     ReasonClass::NoPlugin,
@@ -66,11 +68,13 @@ impl ProbePlugin for KubeconfigFile {
                 ));
             }
         };
-        let kubeconfig = credentials::kubeconfig()
+        // vigil resolved the reference's context (its `#CONTEXT`, else the file's
+        // `current-context`) from the file it read for this probe; a context it cannot
+        // resolve never reaches the plugin.
+        let selection = credentials::context()
             .map_err(|error| error.probe_error(&format!("the kubeconfig {path}")))?;
-        probe_kubeconfig(
-            &kubeconfig,
-            context.as_deref(),
+        probe_selection(
+            &selection,
             &format!("kubeconfig {path}"),
             credentials::read_file,
         )

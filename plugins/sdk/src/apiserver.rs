@@ -33,8 +33,22 @@ pub fn probe_kubeconfig(
 ) -> Result<ProbeReport, ProbeError> {
     let selection = select(kubeconfig.expose_secret(), context)
         .map_err(|error| ProbeError::not_probeable(error.class(), format!("{source}: {error}")))?;
+    probe_selection(&selection, source, read_file)
+}
+
+/// The health check of [`probe_kubeconfig`] on a context already selected — by
+/// [`select`], or by vigil ([`credentials::context`]): reads the files the selection names
+/// with `read_file`, sends one `GET {server}/api/v1/namespaces?limit=1` with its TLS
+/// material and bearer token, and makes the answer the probe's result by
+/// [`health_outcome`]. `source` starts every message about the kubeconfig, as for
+/// [`probe_kubeconfig`].
+pub fn probe_selection(
+    selection: &Selection,
+    source: &str,
+    read_file: impl FnMut(&str) -> Result<SecretBytes, CredentialsError>,
+) -> Result<ProbeReport, ProbeError> {
     let server =
-        ApiServer::connect_with(&selection, read_file).map_err(|error| prefixed(error, source))?;
+        ApiServer::connect_with(selection, read_file).map_err(|error| prefixed(error, source))?;
     crate::debug!(
         "GET {}{HEALTH_PATH} (context {:?})",
         server.base_url(),

@@ -7,6 +7,7 @@
 //! Everything comes back as [`SecretBytes`], which never prints itself.
 
 use crate::bindings::vigil::plugin::credentials as imported;
+use crate::kubeconfig::{Material, Selection};
 use crate::{ProbeError, ReasonClass, SecretBytes};
 
 pub use imported::CredentialsError;
@@ -19,6 +20,38 @@ pub use imported::CredentialsError;
 /// says what is wrong.
 pub fn kubeconfig() -> Result<SecretBytes, CredentialsError> {
     imported::kubeconfig().map(SecretBytes::new)
+}
+
+/// The context a kubeconfig file reference selects, as vigil resolved it for this probe:
+/// what [`crate::kubeconfig::select`] finds in [`kubeconfig`], without parsing anything in
+/// the plugin. A file the context names comes as [`Material::File`] with its absolute
+/// path, for [`read_file`]. [`CredentialsError::NotFound`] for a reference that is not a
+/// kubeconfig file's (a `secret://` reference's kubeconfig is read with [`kubeconfig`]).
+pub fn context() -> Result<Selection, CredentialsError> {
+    imported::context().map(Selection::from)
+}
+
+impl From<imported::KubeContext> for Selection {
+    fn from(context: imported::KubeContext) -> Self {
+        let material = |material: Option<imported::Material>| {
+            material.map(|material| match material {
+                imported::Material::Data(bytes) => Material::Inline(SecretBytes::new(bytes)),
+                imported::Material::File(path) => Material::File(path),
+            })
+        };
+        Self {
+            context: context.context,
+            cluster: context.cluster,
+            user: context.user,
+            server: context.server,
+            tls_server_name: context.tls_server_name,
+            insecure_skip_tls_verify: context.insecure_skip_tls_verify,
+            ca: material(context.certificate_authority),
+            client_certificate: material(context.client_certificate),
+            client_key: material(context.client_key),
+            token: material(context.token),
+        }
+    }
 }
 
 /// A file that the kubeconfig's selected context names — certificate authority, client
