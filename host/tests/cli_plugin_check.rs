@@ -124,7 +124,7 @@ fn the_template_and_first_party_plugins_are_accepted_with_their_info_and_grants(
 
     // The first-party plugins, straight from plugins.d/ where they are installed.
     for (name, schemes, grants) in [
-        ("kubeconfig-file", "file", "log, credentials, http"),
+        ("kubeconfig-file", "file", "credentials, http"),
         ("http", "http, https", "log, credentials, http"),
     ] {
         let file = built(&format!("plugins.d/{name}.wasm"));

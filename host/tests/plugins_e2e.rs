@@ -433,6 +433,30 @@ async fn discovered_clusters_go_online_an_outage_cascades_and_recovery_restores_
         outcomes[down]
     );
 
+    // The host logs where each plugin request goes (the plugin writes no line of its own):
+    // at least one line per request each server saw, naming the plugin and the cluster's
+    // host and port, and counting it as the cluster's.
+    for cluster in fleet.clusters() {
+        let port = u64::from(cluster.address().port());
+        let host = cluster.address().ip().to_string();
+        let logged = log
+            .iter()
+            .filter(|line| {
+                message(line) == "http.send request let out"
+                    && line["fields"]["plugin"] == "kubeconfig-file"
+                    && line["fields"]["host"] == host.as_str()
+                    && line["fields"]["port"] == port
+                    && line["fields"]["cluster"] == true
+            })
+            .count();
+        assert!(
+            logged >= cluster.log().entries().len(),
+            "{}: {logged} requests logged, {} served",
+            cluster.name(),
+            cluster.log().entries().len()
+        );
+    }
+
     assert_no_secret(
         &dir.path().join("vigil.log"),
         &secrets_in(&kubeconfigs, &fleet),

@@ -24,7 +24,7 @@ use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
-use tracing::warn;
+use tracing::{debug, warn};
 use wasmtime_wasi_http::{RequestOptions, WasiBody, WasiHttpHooks};
 
 use super::bindings::vigil::plugin::http;
@@ -294,6 +294,9 @@ impl Egress {
         if route == Route::Cluster {
             self.record.cluster_contacted = true;
         }
+        // Where a plugin's requests go, for the operator: the destination only, never the
+        // URL's path or query, which may carry credentials.
+        debug!(plugin = %self.plugin, host = %host, port, cluster = (route == Route::Cluster), "{} request let out", door.name());
         Ok(Admitted {
             route,
             host,

@@ -19,7 +19,7 @@
 //! Outcomes of the health request: as `kubeconfig-file` (see
 //! [`vigil_plugin_sdk::apiserver::health_outcome`]).
 //!
-//! Grants (`kube-secret.toml`): `log`, `credentials` with `secret-namespaces`, `http`.
+//! Grants (`kube-secret.toml`): `credentials` with `secret-namespaces`, `http`.
 
 // The export glue comes from `register!`; this crate itself needs no `unsafe`.
 #![forbid(unsafe_code)]

@@ -24,7 +24,8 @@
 //! | reference, kubeconfig, context, user or file unusable | not-probeable `reference-broken` (by vigil before the call, or by the plugin for a file it cannot read or that is not PEM) |
 //! | `exec` or `auth-provider` user | not-probeable `exec-credentials` (by vigil, before the call) |
 //!
-//! Grants (`kubeconfig-file.toml`): `log`, `credentials`, `http`.
+//! Grants (`kubeconfig-file.toml`): `credentials`, `http` (it writes no log line: vigil logs
+//! where each request goes).
 
 // The export glue comes from `register!`; this crate itself needs no `unsafe`.
 #![forbid(unsafe_code)]

@@ -47,13 +47,11 @@ pub fn probe_selection(
     source: &str,
     read_file: impl FnMut(&str) -> Result<SecretBytes, CredentialsError>,
 ) -> Result<ProbeReport, ProbeError> {
+    // No debug line of its own: vigil logs where each request goes (at debug), and even the
+    // question whether a level is recorded is a host call, which costs a probe more than
+    // the line is worth (BENCHMARKS.md, "Tenth follow-up").
     let server =
         ApiServer::connect_with(selection, read_file).map_err(|error| prefixed(error, source))?;
-    crate::debug!(
-        "GET {}{HEALTH_PATH} (context {:?})",
-        server.base_url(),
-        selection.context
-    );
     health_outcome(server.get(HEALTH_PATH, None))
 }
 
