@@ -357,12 +357,7 @@ type CredentialsResult = Result<Vec<u8>, credentials::CredentialsError>;
 impl credentials::Host for CallState {
     async fn kubeconfig(&mut self) -> CredentialsResult {
         use credentials::CredentialsError as E;
-        if !self.manifest.credentials {
-            warn!(plugin = %self.plugin, "credentials.kubeconfig denied: credentials are not granted");
-            return Err(E::Denied(
-                "credentials are not granted to this plugin".to_owned(),
-            ));
-        }
+        self.check_credentials_grant("kubeconfig")?;
         let Some(cluster) = &self.cluster else {
             return Err(E::NotFound("this call is about no cluster".to_owned()));
         };
@@ -391,12 +386,7 @@ impl credentials::Host for CallState {
 
     async fn context(&mut self) -> Result<credentials::KubeContext, credentials::CredentialsError> {
         use credentials::CredentialsError as E;
-        if !self.manifest.credentials {
-            warn!(plugin = %self.plugin, "credentials.context denied: credentials are not granted");
-            return Err(E::Denied(
-                "credentials are not granted to this plugin".to_owned(),
-            ));
-        }
+        self.check_credentials_grant("context")?;
         let Some(cluster) = &self.cluster else {
             return Err(E::NotFound("this call is about no cluster".to_owned()));
         };
@@ -426,12 +416,7 @@ impl credentials::Host for CallState {
 
     async fn read_file(&mut self, path: String) -> CredentialsResult {
         use credentials::CredentialsError as E;
-        if !self.manifest.credentials {
-            warn!(plugin = %self.plugin, "credentials.read-file denied: credentials are not granted");
-            return Err(E::Denied(
-                "credentials are not granted to this plugin".to_owned(),
-            ));
-        }
+        self.check_credentials_grant("read-file")?;
         let Some(material) = self.cluster.as_ref().and_then(|c| c.material.as_ref()) else {
             if let Some(Reference::Secret { .. }) = self.cluster.as_ref().map(|c| &c.reference) {
                 warn!(plugin = %self.plugin, path = %path, "credentials.read-file denied: a kubeconfig from a Secret names no servable file");
@@ -464,12 +449,7 @@ impl credentials::Host for CallState {
 
     async fn parameter(&mut self, name: String) -> CredentialsResult {
         use credentials::CredentialsError as E;
-        if !self.manifest.credentials {
-            warn!(plugin = %self.plugin, "credentials.parameter denied: credentials are not granted");
-            return Err(E::Denied(
-                "credentials are not granted to this plugin".to_owned(),
-            ));
-        }
+        self.check_credentials_grant("parameter")?;
         let Some(value) = self
             .cluster
             .as_ref()
@@ -582,6 +562,18 @@ impl CallState {
                 Ok(bytes.into_exposed_secret())
             }
         }
+    }
+
+    /// Whether the plugin is granted `credentials` (`credentials.CALL` is denied, and the
+    /// denial logged, otherwise).
+    fn check_credentials_grant(&self, call: &str) -> Result<(), credentials::CredentialsError> {
+        if self.manifest.credentials {
+            return Ok(());
+        }
+        warn!(plugin = %self.plugin, "credentials.{call} denied: credentials are not granted");
+        Err(credentials::CredentialsError::Denied(
+            "credentials are not granted to this plugin".to_owned(),
+        ))
     }
 
     /// Whether the plugin may read Secrets of `namespace` (`secret-namespaces` in its
