@@ -356,62 +356,24 @@ type CredentialsResult = Result<Vec<u8>, credentials::CredentialsError>;
 
 impl credentials::Host for CallState {
     async fn kubeconfig(&mut self) -> CredentialsResult {
-        use credentials::CredentialsError as E;
         self.check_credentials_grant("kubeconfig")?;
-        let Some(cluster) = &self.cluster else {
-            return Err(E::NotFound("this call is about no cluster".to_owned()));
-        };
-        let material = match (&cluster.reference, &cluster.material) {
-            (Reference::File { .. }, Some(material)) => material,
-            (Reference::File { path, .. }, None) => {
-                return Err(E::NotFound(format!(
-                    "the kubeconfig {path} could not be resolved"
-                )));
-            }
-            (Reference::Secret { .. }, _) => return self.secret_kubeconfig().await,
-            (Reference::Http { .. }, _) => {
-                return Err(E::NotFound(
-                    "an http(s):// reference names no kubeconfig".to_owned(),
-                ));
-            }
-        };
         // What the host resolved for this very probe (the file was read and parsed just
         // before the call), so the plugin reads what the egress policy was derived from.
-        let served = material.served_kubeconfig.expose_secret().to_vec();
-        // The kubeconfig's selected server is now material served to this call: egress
-        // to it counts as talking to the cluster.
-        self.egress.policy.add_cluster_url(&material.server);
-        Ok(served)
+        match self
+            .serve_file_material(|material| material.served_kubeconfig.expose_secret().to_vec())?
+        {
+            Some(served) => Ok(served),
+            None => self.secret_kubeconfig().await,
+        }
     }
 
     async fn context(&mut self) -> Result<credentials::KubeContext, credentials::CredentialsError> {
-        use credentials::CredentialsError as E;
         self.check_credentials_grant("context")?;
-        let Some(cluster) = &self.cluster else {
-            return Err(E::NotFound("this call is about no cluster".to_owned()));
-        };
-        let material = match (&cluster.reference, &cluster.material) {
-            (Reference::File { .. }, Some(material)) => material,
-            (Reference::File { path, .. }, None) => {
-                return Err(E::NotFound(format!(
-                    "the kubeconfig {path} could not be resolved"
-                )));
-            }
-            (Reference::Secret { .. }, _) => {
-                return Err(E::NotFound(
-                    "a secret:// reference's kubeconfig is read with credentials.kubeconfig"
-                        .to_owned(),
-                ));
-            }
-            (Reference::Http { .. }, _) => {
-                return Err(E::NotFound(
-                    "an http(s):// reference names no kubeconfig".to_owned(),
-                ));
-            }
-        };
-        // As for `kubeconfig`: the context's server is now material served to this call.
-        self.egress.policy.add_cluster_url(&material.server);
-        Ok(kube_context(material))
+        self.serve_file_material(kube_context)?.ok_or_else(|| {
+            credentials::CredentialsError::NotFound(
+                "a secret:// reference's kubeconfig is read with credentials.kubeconfig".to_owned(),
+            )
+        })
     }
 
     async fn read_file(&mut self, path: String) -> CredentialsResult {
@@ -562,6 +524,35 @@ impl CallState {
                 Ok(bytes.into_exposed_secret())
             }
         }
+    }
+
+    /// `serve` applied to what the worker resolved for the call's kubeconfig file
+    /// reference, whose selected server becomes the cluster's for egress (material served
+    /// to this call); `None` for a `secret://` reference, whose kubeconfig is read now.
+    fn serve_file_material<T>(
+        &mut self,
+        serve: impl FnOnce(&ConnectionMaterial) -> T,
+    ) -> Result<Option<T>, credentials::CredentialsError> {
+        use credentials::CredentialsError as E;
+        let Some(cluster) = &self.cluster else {
+            return Err(E::NotFound("this call is about no cluster".to_owned()));
+        };
+        let material = match (&cluster.reference, &cluster.material) {
+            (Reference::File { .. }, Some(material)) => material,
+            (Reference::File { path, .. }, None) => {
+                return Err(E::NotFound(format!(
+                    "the kubeconfig {path} could not be resolved"
+                )));
+            }
+            (Reference::Secret { .. }, _) => return Ok(None),
+            (Reference::Http { .. }, _) => {
+                return Err(E::NotFound(
+                    "an http(s):// reference names no kubeconfig".to_owned(),
+                ));
+            }
+        };
+        self.egress.policy.add_cluster_url(&material.server);
+        Ok(Some(serve(material)))
     }
 
     /// Whether the plugin is granted `credentials` (`credentials.CALL` is denied, and the
