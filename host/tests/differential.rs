@@ -450,13 +450,7 @@ fn the_served_rendering_reads_as_the_file_does() {
             }
         }
     }
-    assert!(
-        disagreements.is_empty(),
-        "{} cases read differently:\n{}",
-        disagreements.len(),
-        disagreements.join("\n")
-    );
-    assert!(probeable >= 10, "only {probeable} probeable cases");
+    assert_every_case_agrees(probeable, &disagreements);
 }
 
 /// What `credentials.context` serves a plugin — the host's own reading of the selected
@@ -526,6 +520,13 @@ async fn the_served_context_reads_as_the_served_kubeconfig_does() {
             }
         }
     }
+    assert_every_case_agrees(probeable, &disagreements);
+}
+
+/// The end of a comparison over the corpus: no case read differently, and enough cases were
+/// probeable for the agreement to prove something.
+#[track_caller]
+fn assert_every_case_agrees(probeable: usize, disagreements: &[String]) {
     assert!(
         disagreements.is_empty(),
         "{} cases read differently:\n{}",
