@@ -65,6 +65,7 @@ pub use self::audit::{
 pub use self::cache::CacheStatus;
 pub use self::catalog::{CandidateFailure, FailureStage, PluginState, ProbationPolicy};
 pub use self::egress::{MAX_REQUEST_BODY_BYTES, MAX_RESPONSE_BODY_BYTES};
+pub use self::engine::TICKER_LINGER;
 pub use self::event::PluginEvent;
 pub use self::manifest::{DEFAULT_MEMORY_MIB, MAX_MEMORY_MIB, Manifest};
 pub use self::outcome::{MAX_DETAIL_BYTES, MAX_DETAILS, MAX_MESSAGE_BYTES};
@@ -767,6 +768,13 @@ impl PluginRuntime {
         self.find(plugin).as_deref().map(stats_of)
     }
 
+    /// Whether the runtime is at rest: no plugin call in flight for
+    /// [`TICKER_LINGER`], so its epoch ticker sleeps and the
+    /// runtime makes no wake-up until the next call.
+    pub fn is_idle(&self) -> bool {
+        self.inner.engine.is_idle()
+    }
+
     /// The audit plugins that serve now, in routing order.
     pub fn audit_plugins(&self) -> Vec<PluginSummary> {
         self.catalog()
@@ -1090,8 +1098,10 @@ fn new_store(
     cluster: Option<CallCluster>,
     budget: Duration,
 ) -> Store<CallState> {
+    // Counted before the deadline is armed, so that a sleeping ticker is awake for it.
+    let ticking = engine.ticking();
     let started = Instant::now();
-    let state = CallState::new(plugin, cluster, tls.clone(), started + budget);
+    let state = CallState::new(plugin, cluster, tls.clone(), started + budget, ticking);
     let mut store = Store::new(engine.engine(), state);
     store.limiter(|state| &mut state.limiter);
     let cpu_deadline = started + budget + CALL_GRACE;

@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use vigil::reference::{self, Reference, Resolution};
-use vigil::runtime::{CacheStatus, LoadReport, PluginRuntime, Refusal, RuntimeSettings};
+use vigil::runtime::{
+    CacheStatus, LoadReport, PluginRuntime, Refusal, RuntimeSettings, TICKER_LINGER,
+};
 use vigil::worker::{ProbeTarget, Prober};
 use vigil_decision::{ClusterId, ProbeOutcome, ReasonClass};
 use vigil_fake_kube::{
@@ -312,6 +314,64 @@ async fn hostile_plugins_are_inconclusive_next_to_a_healthy_control() {
 
     // The control still works after all of it.
     assert_eq!(probe("kubeconfig-file").await.0, ProbeOutcome::Healthy);
+}
+
+/// Waits until the runtime is at rest: no call for [`TICKER_LINGER`], its epoch ticker
+/// asleep.
+async fn until_idle(runtime: &PluginRuntime) {
+    let started = Instant::now();
+    while !runtime.is_idle() {
+        assert!(
+            started.elapsed() < TICKER_LINGER + Duration::from_secs(5),
+            "the runtime never came to rest"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loop_started_while_the_runtime_was_at_rest_is_still_interrupted() {
+    let temp = tempfile::tempdir().expect("tempdir");
+    let dir = plugin_dir(temp.path(), &[("loop", ALL_GRANTS), ("noop", ALL_GRANTS)]);
+    let (runtime, report) = load(&dir, None).await;
+    assert!(report.refused.is_empty(), "{report:#?}");
+
+    // After loading (each plugin's info() is a call) the runtime comes to rest.
+    until_idle(&runtime).await;
+
+    // A CPU deadline only passes while the epoch advances: a loop started now must wake
+    // the ticker. Were it left asleep, the guest would neither yield nor trap and the probe
+    // would never end, so the probe runs in a task of its own and the test process exits
+    // with a failure instead of hanging.
+    let mut looping = unread_target("loop");
+    looping.timeout = Duration::from_millis(500);
+    let started = Instant::now();
+    let probe = tokio::spawn({
+        let runtime = runtime.clone();
+        async move { runtime.probe(&looping).await }
+    });
+    let Ok(joined) = tokio::time::timeout(Duration::from_secs(10), probe).await else {
+        // Straight to stderr: the harness's capture would lose a message printed now.
+        let _ = std::io::Write::write_all(
+            &mut std::io::stderr(),
+            b"the loop was never interrupted: the epoch ticker slept through the call\n",
+        );
+        std::process::exit(101);
+    };
+    assert_fault(&joined.expect("the probe task"), "deadline");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(!runtime.is_idle(), "at rest right after a call");
+
+    // The control: at rest again, a well-behaved plugin answers as before.
+    until_idle(&runtime).await;
+    assert_eq!(
+        runtime.probe(&unread_target("noop")).await,
+        ProbeOutcome::Healthy
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

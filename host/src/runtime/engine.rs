@@ -1,8 +1,8 @@
 //! The one wasmtime `Engine` of the process and its epoch ticker.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::thread::{JoinHandle, Thread};
 use std::time::Duration;
 
 use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
@@ -10,6 +10,11 @@ use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAlloc
 /// How often the epoch advances. A guest's CPU deadline is a number of these ticks, so
 /// a deadline is enforced to within one tick.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// How long the epoch ticker goes on after the last call ended before it sleeps: a
+/// runtime with no call in flight makes no wake-up at all (a hundred a second otherwise),
+/// while a steady stream of probes never pays for waking it.
+pub const TICKER_LINGER: Duration = Duration::from_secs(1);
 
 /// The address space reserved for each linear memory: the whole 32-bit index space, so
 /// that compiled code needs no explicit bounds check — an access past the accessible
@@ -57,14 +62,56 @@ const SPARE_INSTANCES: u32 = 2;
 #[derive(Debug)]
 pub(crate) struct SharedEngine {
     engine: Engine,
-    stop: Arc<AtomicBool>,
-    ticker: Option<JoinHandle<()>>,
+    ticker: Arc<TickerState>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// What the ticker and the calls share.
+#[derive(Debug, Default)]
+struct TickerState {
+    /// Calls alive now: one per store, counted by [`Ticking`].
+    active: AtomicUsize,
+    /// Set by the ticker before it sleeps; a call that starts while it is set wakes it.
+    asleep: AtomicBool,
+    stop: AtomicBool,
+    /// Epochs advanced so far.
+    ticks: AtomicU64,
+    /// The ticker's thread, to wake it.
+    thread: OnceLock<Thread>,
+}
+
+impl TickerState {
+    fn wake(&self) {
+        if let Some(thread) = self.thread.get() {
+            thread.unpark();
+        }
+    }
+}
+
+/// Keeps the epoch ticking while a call is alive: held by each call's store, from before
+/// its deadline is armed until the store is dropped.
+#[derive(Debug)]
+pub(crate) struct Ticking(Arc<TickerState>);
+
+impl Drop for Ticking {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl SharedEngine {
     /// An engine with the component model, epoch interruption and a pooling allocator
     /// for `concurrency` calls at once, each capped at `max_memory_bytes`.
     pub(crate) fn new(concurrency: u32, max_memory_bytes: u64) -> wasmtime::Result<Self> {
+        Self::with_linger(concurrency, max_memory_bytes, TICKER_LINGER)
+    }
+
+    /// [`SharedEngine::new`] with the ticker going to sleep `linger` after the last call.
+    fn with_linger(
+        concurrency: u32,
+        max_memory_bytes: u64,
+        linger: Duration,
+    ) -> wasmtime::Result<Self> {
         let instances = concurrency.max(1).saturating_add(SPARE_INSTANCES);
         let memory_slot = usize::try_from(max_memory_bytes).unwrap_or(usize::MAX);
 
@@ -96,29 +143,52 @@ impl SharedEngine {
             .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         let engine = Engine::new(&config)?;
 
-        let stop = Arc::new(AtomicBool::new(false));
+        let ticker = Arc::new(TickerState::default());
+        let linger_ticks = linger.as_millis().div_ceil(EPOCH_TICK.as_millis()).max(1);
         // One ticker for the whole process: a thread per store would cost more than the
         // calls it bounds. It holds only a weak handle so that it never keeps the engine.
         let weak = engine.weak();
-        let flag = Arc::clone(&stop);
-        let ticker = std::thread::Builder::new()
+        let state = Arc::clone(&ticker);
+        let thread = std::thread::Builder::new()
             .name("vigil-epoch".to_owned())
             .spawn(move || {
-                while !flag.load(Ordering::Relaxed) {
+                let mut idle_ticks = 0;
+                while !state.stop.load(Ordering::SeqCst) {
                     std::thread::sleep(EPOCH_TICK);
                     match weak.upgrade() {
                         Some(engine) => engine.increment_epoch(),
                         None => break,
                     }
+                    state.ticks.fetch_add(1, Ordering::Relaxed);
+                    if state.active.load(Ordering::SeqCst) > 0 {
+                        idle_ticks = 0;
+                        continue;
+                    }
+                    idle_ticks += 1;
+                    if idle_ticks < linger_ticks {
+                        continue;
+                    }
+                    // Asleep until a call starts. The flag is set before the count is read
+                    // again, and a call counts itself before it reads the flag, so one of
+                    // the two always sees the other (a wake-up before `park` is kept).
+                    state.asleep.store(true, Ordering::SeqCst);
+                    while state.active.load(Ordering::SeqCst) == 0
+                        && !state.stop.load(Ordering::SeqCst)
+                    {
+                        std::thread::park();
+                    }
+                    state.asleep.store(false, Ordering::SeqCst);
+                    idle_ticks = 0;
                 }
             })
             .map_err(|error| {
                 wasmtime::Error::msg(format!("cannot start the epoch ticker: {error}"))
             })?;
+        let _ = ticker.thread.set(thread.thread().clone());
         Ok(Self {
             engine,
-            stop,
-            ticker: Some(ticker),
+            ticker,
+            thread: Some(thread),
         })
     }
 
@@ -126,14 +196,91 @@ impl SharedEngine {
     pub(crate) fn engine(&self) -> &Engine {
         &self.engine
     }
+
+    /// Counts a call as alive, waking the ticker if it sleeps: a call's epoch deadline
+    /// only passes while the ticker ticks. Take it before arming the deadline and keep it
+    /// for the whole life of the store.
+    pub(crate) fn ticking(&self) -> Ticking {
+        self.ticker.active.fetch_add(1, Ordering::SeqCst);
+        if self.ticker.asleep.load(Ordering::SeqCst) {
+            self.ticker.wake();
+        }
+        Ticking(Arc::clone(&self.ticker))
+    }
+
+    /// Whether the ticker sleeps: no call alive for [`TICKER_LINGER`].
+    pub(crate) fn is_idle(&self) -> bool {
+        self.ticker.asleep.load(Ordering::SeqCst)
+    }
 }
 
 impl Drop for SharedEngine {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(ticker) = self.ticker.take() {
-            // The ticker sleeps one tick at most; joining keeps no thread behind.
-            let _ = ticker.join();
+        self.ticker.stop.store(true, Ordering::SeqCst);
+        self.ticker.wake();
+        if let Some(thread) = self.thread.take() {
+            // The ticker sleeps one tick at most once woken; joining keeps no thread
+            // behind.
+            let _ = thread.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+
+    /// Polls `condition` every millisecond for up to `within`.
+    fn eventually(within: Duration, condition: impl Fn() -> bool) -> bool {
+        let until = Instant::now() + within;
+        while Instant::now() < until {
+            if condition() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        condition()
+    }
+
+    #[test]
+    fn the_ticker_sleeps_without_calls_and_wakes_for_the_next() {
+        let engine =
+            SharedEngine::with_linger(2, 1 << 20, Duration::from_millis(50)).expect("engine");
+        let ticks = || engine.ticker.ticks.load(Ordering::Relaxed);
+
+        // A call alive keeps it ticking, however long it lasts.
+        let call = engine.ticking();
+        let before = ticks();
+        std::thread::sleep(Duration::from_millis(150));
+        assert!(ticks() >= before + 5, "{} → {}", before, ticks());
+        assert!(!engine.is_idle());
+
+        // Without one it goes on for the linger, then sleeps and stops advancing.
+        drop(call);
+        assert!(eventually(Duration::from_secs(2), || engine.is_idle()));
+        let asleep = ticks();
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(ticks(), asleep, "the ticker advanced while asleep");
+
+        // The next call wakes it at once.
+        let _call = engine.ticking();
+        assert!(eventually(Duration::from_millis(500), || ticks() >= asleep + 3));
+        assert!(!engine.is_idle());
+    }
+
+    #[test]
+    fn a_sleeping_ticker_does_not_hold_up_the_engine_s_drop() {
+        let engine =
+            SharedEngine::with_linger(1, 1 << 20, Duration::from_millis(10)).expect("engine");
+        assert!(eventually(Duration::from_secs(2), || engine.is_idle()));
+        let started = Instant::now();
+        drop(engine);
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            started.elapsed()
+        );
     }
 }

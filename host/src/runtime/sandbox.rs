@@ -15,6 +15,7 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::bindings::vigil::plugin::{credentials, log, types};
 use super::egress::{Egress, EgressPolicy};
+use super::engine::Ticking;
 use super::manifest::Manifest;
 use crate::reference::{self, ConnectionMaterial, Reference, SecretBytes};
 use crate::secrets::{SECRET_READ_TIMEOUT, SecretError, SecretSource};
@@ -186,6 +187,8 @@ pub(crate) struct CallState {
     pub(crate) egress: Egress,
     pub(crate) deadline: Instant,
     log_lines: u32,
+    /// Keeps the epoch ticking for as long as the store lives.
+    _ticking: Ticking,
 }
 
 impl std::fmt::Debug for CallState {
@@ -205,6 +208,7 @@ impl CallState {
         cluster: Option<CallCluster>,
         clients: TlsClients,
         deadline: Instant,
+        ticking: Ticking,
     ) -> Self {
         let super::PluginParts {
             name: plugin,
@@ -240,6 +244,7 @@ impl CallState {
             egress,
             deadline,
             log_lines: 0,
+            _ticking: ticking,
         }
     }
 
