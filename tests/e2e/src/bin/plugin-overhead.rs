@@ -27,6 +27,10 @@
 //!    instructions (`scripts/bench-instructions`; the vDSO clock does not run under
 //!    valgrind).
 //!
+//! Before the probes, the loaded runtime's own CPU per second without calls: while its
+//! epoch ticker still ticks (the linger after the load's calls), and at rest, once the
+//! ticker sleeps.
+//!
 //! ```text
 //! scripts/build-plugins
 //! cargo build --release -p vigil-fake-kube -p vigil-e2e
