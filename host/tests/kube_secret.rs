@@ -264,6 +264,10 @@ async fn secret_references_are_probed_through_the_management_cluster() {
         first.server_url(),
         first.admin_token()
     );
+    let exec = format!(
+        "clusters:\n- name: c\n  cluster:\n    server: {}\nusers:\n- name: eks\n  user:\n    exec:\n      apiVersion: client.authentication.k8s.io/v1beta1\n      command: aws\n      args: [eks, get-token]\ncontexts:\n- name: x\n  context: {{cluster: c, user: eks}}\ncurrent-context: x\n",
+        first.server_url()
+    );
     let fixtures = |token: &str| {
         let mut fixtures = Fixtures::empty();
         fixtures.insert_secret("vigil", "first", secret("kubeconfig", &embedded));
@@ -274,6 +278,7 @@ async fn secret_references_are_probed_through_the_management_cluster() {
             secret("kubeconfig", "clusters: {not: a list}\n"),
         );
         fixtures.insert_secret("vigil", "files", secret("kubeconfig", &files));
+        fixtures.insert_secret("vigil", "exec", secret("kubeconfig", &exec));
         fixtures.insert_secret("other", "first", secret("kubeconfig", &embedded));
         fixtures
     };
@@ -357,6 +362,17 @@ async fn secret_references_are_probed_through_the_management_cluster() {
     ];
     for (reference, needle) in cases {
         assert_not_probeable(&runtime.probe(&target(reference)).await, needle);
+    }
+    // A user whose credentials come from an exec plugin, which vigil does not run.
+    match runtime.probe(&target("secret://vigil/exec")).await {
+        ProbeOutcome::NotProbeable {
+            class: ReasonClass::ExecCredentials,
+            message,
+        } => assert!(
+            message.contains("exec plugin \"aws\"") && message.contains("secret://vigil/exec"),
+            "{message}"
+        ),
+        other => panic!("expected not-probeable(exec-credentials), got {other:?}"),
     }
     assert_eq!((first.log().count(), second.log().count()), before);
 

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use sha2::Digest as _;
 use tracing::{debug, error, info, trace, warn};
+use vigil_decision::ReasonClass;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
@@ -373,12 +374,20 @@ impl credentials::Host for CallState {
     }
 
     async fn context(&mut self) -> Result<credentials::KubeContext, credentials::CredentialsError> {
+        use credentials::CredentialsError as E;
         self.check_credentials_grant("context")?;
-        self.serve_file_material(kube_context)?.ok_or_else(|| {
-            credentials::CredentialsError::NotFound(
-                "a secret:// reference's kubeconfig is read with credentials.kubeconfig".to_owned(),
-            )
-        })
+        if let Some(context) = self.serve_file_material(kube_context)? {
+            return Ok(context);
+        }
+        let (_, resolved) = self.read_secret_kubeconfig("credentials.context").await?;
+        match resolved {
+            Ok(material) => {
+                self.egress.serve_material(&material);
+                Ok(kube_context(&material))
+            }
+            Err((ReasonClass::ExecCredentials, message)) => Err(E::ExecCredentials(message)),
+            Err((_, message)) => Err(E::Invalid(message)),
+        }
     }
 
     async fn read_file(&mut self, path: String) -> CredentialsResult {
@@ -477,6 +486,35 @@ impl CallState {
     /// that cannot be resolved (say, one naming files) adds no egress and is served as
     /// stored, so that the plugin finds and words the problem in its own reading.
     async fn secret_kubeconfig(&mut self) -> CredentialsResult {
+        let (bytes, resolved) = self
+            .read_secret_kubeconfig("credentials.kubeconfig")
+            .await?;
+        match resolved {
+            Ok(material) => {
+                self.egress.serve_material(&material);
+                Ok(material.served_kubeconfig.into_exposed_secret())
+            }
+            Err((_, message)) => {
+                // Served as stored: the plugin's own reading finds and words the problem.
+                debug!(plugin = %self.plugin, "no egress derived from the Secret's kubeconfig: {message}");
+                Ok(bytes.into_exposed_secret())
+            }
+        }
+    }
+
+    /// Reads the kubeconfig of the call's `secret://` reference for `call` (within the
+    /// plugin's `secret-namespaces`, refused unless it parses as a kubeconfig) and resolves
+    /// the context the reference selects; the error is what makes it unresolvable.
+    async fn read_secret_kubeconfig(
+        &mut self,
+        call: &str,
+    ) -> Result<
+        (
+            SecretBytes,
+            Result<ConnectionMaterial, (ReasonClass, String)>,
+        ),
+        credentials::CredentialsError,
+    > {
         use credentials::CredentialsError as E;
         let Some(CallCluster {
             reference:
@@ -500,7 +538,7 @@ impl CallState {
             key.clone(),
             context.clone(),
         );
-        self.check_namespace(&namespace, "credentials.kubeconfig")?;
+        self.check_namespace(&namespace, call)?;
         let bytes = read_secret(
             self.secrets.clone(),
             self.remaining(),
@@ -514,21 +552,9 @@ impl CallState {
                 "the key {key:?} of the Secret {namespace}/{name} is not a kubeconfig"
             )));
         }
-        match reference::resolve_secret_kubeconfig(
-            bytes.expose_secret(),
-            &label,
-            context.as_deref(),
-        ) {
-            Ok(material) => {
-                self.egress.serve_material(&material);
-                Ok(material.served_kubeconfig.into_exposed_secret())
-            }
-            Err((_, message)) => {
-                // Served as stored: the plugin's own reading finds and words the problem.
-                debug!(plugin = %self.plugin, "no egress derived from the Secret's kubeconfig: {message}");
-                Ok(bytes.into_exposed_secret())
-            }
-        }
+        let resolved =
+            reference::resolve_secret_kubeconfig(bytes.expose_secret(), &label, context.as_deref());
+        Ok((bytes, resolved))
     }
 
     /// `serve` applied to what the worker resolved for the call's kubeconfig file

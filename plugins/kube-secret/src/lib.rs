@@ -2,19 +2,20 @@
 //! Secret (`secret://NAMESPACE/NAME?key=KEY&context=CONTEXT`, DESIGN §3; key default
 //! `kubeconfig`, context default the kubeconfig's `current-context`).
 //!
-//! A probe gets the Secret's key through `credentials.kubeconfig()` — vigil reads it from
-//! the management cluster with its own credentials, only in the namespaces this plugin's
-//! `kube-secret.toml` grants (`secret-namespaces`) — then probes exactly as
-//! `kubeconfig-file` does, through the guest SDK's [`probe_kubeconfig`]: the context
-//! selected as vigil's host selects it, one `GET {server}/api/v1/namespaces?limit=1` with
-//! the context's TLS material and bearer token. vigil lets the request out because the
-//! server is the one of the kubeconfig it served.
+//! A probe gets the context the reference selects through `credentials.context()` — vigil
+//! reads the Secret's key from the management cluster with its own credentials, only in the
+//! namespaces this plugin's `kube-secret.toml` grants (`secret-namespaces`), and resolves
+//! the context itself — then probes exactly as `kubeconfig-file` does, through the guest
+//! SDK's [`probe_selection`]: one `GET {server}/api/v1/namespaces?limit=1` with the
+//! context's TLS material and bearer token. The plugin parses nothing. vigil lets the
+//! request out because the server is the one of the context it served.
 //!
 //! A kubeconfig in a Secret must be self-contained: certificates, keys and tokens inline
 //! (`*-data` fields, `token`). vigil serves no file for it, so a context naming a file is
-//! not probeable (`reference-broken`), as a missing Secret or key and a value that is not a
-//! kubeconfig are. A namespace the plugin is not granted is `denied` (inconclusive). None of
-//! them ever counts against the cluster.
+//! not probeable (`reference-broken`), as a missing Secret, key or context and a value that
+//! is not a kubeconfig are; an `exec` or `auth-provider` user is not probeable
+//! (`exec-credentials`). A namespace the plugin is not granted is `denied` (inconclusive).
+//! None of them ever counts against the cluster.
 //!
 //! Outcomes of the health request: as `kubeconfig-file` (see
 //! [`vigil_plugin_sdk::apiserver::health_outcome`]).
@@ -24,7 +25,7 @@
 // The export glue comes from `register!`; this crate itself needs no `unsafe`.
 #![forbid(unsafe_code)]
 
-use vigil_plugin_sdk::apiserver::probe_kubeconfig;
+use vigil_plugin_sdk::apiserver::probe_selection;
 use vigil_plugin_sdk::credentials::CredentialsError;
 use vigil_plugin_sdk::reference::Reference;
 use vigil_plugin_sdk::{
@@ -70,22 +71,30 @@ impl ProbePlugin for KubeSecret {
                 ));
             }
         };
-        let source = source(&namespace, &name, &key);
-        let kubeconfig = credentials::kubeconfig().map_err(|error| error.probe_error(&source))?;
-        probe_kubeconfig(&kubeconfig, context.as_deref(), &source, no_files)
+        let source = source(&namespace, &name, &key, context.as_deref());
+        let selection = credentials::context().map_err(|error| error.probe_error(&source))?;
+        probe_selection(&selection, &source, no_files)
     }
 }
 
 vigil_plugin_sdk::register!(KubeSecret);
 
-/// How messages name the kubeconfig: `the kubeconfig in Secret NS/NAME key "KEY"`.
-fn source(namespace: &str, name: &str, key: &str) -> String {
-    format!("the kubeconfig in Secret {namespace}/{name} key {key:?}")
+/// How messages name the kubeconfig: `the kubeconfig in Secret NS/NAME key "KEY"`, with
+/// `context "CONTEXT"` when the reference names one.
+fn source(namespace: &str, name: &str, key: &str, context: Option<&str>) -> String {
+    match context {
+        Some(context) => {
+            format!("the kubeconfig in Secret {namespace}/{name} key {key:?} context {context:?}")
+        }
+        None => format!("the kubeconfig in Secret {namespace}/{name} key {key:?}"),
+    }
 }
 
 /// What reading a file named by a Secret's kubeconfig gives: nothing. The file would be
 /// one of vigil's host, unrelated to the Secret; the kubeconfig must carry its material
-/// inline. `invalid` makes the reference broken (not-probeable), never a failure.
+/// inline (vigil refuses a Secret's context naming a file before serving it, so this is
+/// only a second line). `invalid` makes the reference broken (not-probeable), never a
+/// failure.
 fn no_files(_path: &str) -> Result<SecretBytes, CredentialsError> {
     Err(CredentialsError::Invalid(
         "a kubeconfig in a Secret must be self-contained (inline *-data fields and token); vigil serves no file for it"
@@ -118,20 +127,32 @@ mod tests {
     }
 
     #[test]
-    fn a_kubeconfig_naming_files_is_not_probeable() {
-        let yaml = b"clusters: [{name: c, cluster: {server: 'https://127.0.0.1:6443', certificate-authority: ca.crt}}]\nusers: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n";
-        let result = probe_kubeconfig(
-            &SecretBytes::new(yaml.to_vec()),
-            None,
-            &source("ns", "name", "kubeconfig"),
-            no_files,
-        );
-        match result {
+    fn a_context_naming_files_is_not_probeable() {
+        // vigil refuses such a context before serving it; were one served, the plugin
+        // still reads no file.
+        let selection = vigil_plugin_sdk::kubeconfig::Selection {
+            context: "x".into(),
+            cluster: "c".into(),
+            user: Some("u".into()),
+            server: "https://127.0.0.1:6443".into(),
+            tls_server_name: None,
+            insecure_skip_tls_verify: false,
+            ca: Some(vigil_plugin_sdk::kubeconfig::Material::File(
+                "/etc/ca.crt".into(),
+            )),
+            client_certificate: None,
+            client_key: None,
+            token: Some(vigil_plugin_sdk::kubeconfig::Material::Inline(
+                SecretBytes::new(b"t".to_vec()),
+            )),
+        };
+        let source = source("ns", "name", "kubeconfig", Some("x"));
+        match probe_selection(&selection, &source, no_files) {
             Err(ProbeError::NotProbeable(failure)) => {
                 assert_eq!(failure.class, ReasonClass::ReferenceBroken);
                 assert!(
                     failure.message.starts_with(
-                        "the kubeconfig in Secret ns/name key \"kubeconfig\": the certificate-authority file ca.crt"
+                        "the kubeconfig in Secret ns/name key \"kubeconfig\" context \"x\": "
                     ) && failure.message.contains("self-contained"),
                     "{}",
                     failure.message

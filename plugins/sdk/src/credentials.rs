@@ -22,11 +22,14 @@ pub fn kubeconfig() -> Result<SecretBytes, CredentialsError> {
     imported::kubeconfig().map(SecretBytes::new)
 }
 
-/// The context a kubeconfig file reference selects, as vigil resolved it for this probe:
-/// what [`crate::kubeconfig::select`] finds in [`kubeconfig`], without parsing anything in
-/// the plugin. A file the context names comes as [`Material::File`] with its absolute
-/// path, for [`read_file`]. [`CredentialsError::NotFound`] for a reference that is not a
-/// kubeconfig file's (a `secret://` reference's kubeconfig is read with [`kubeconfig`]).
+/// The context the cluster's kubeconfig reference selects (a file's, or a `secret://`
+/// reference's, read from the Secret now), as vigil resolved it for this probe: what
+/// [`crate::kubeconfig::select`] finds in [`kubeconfig`], without parsing anything in the
+/// plugin. A file the context names comes as [`Material::File`] with its absolute path, for
+/// [`read_file`] (never for a Secret's kubeconfig, which must be self-contained). A Secret's
+/// context that cannot be resolved is [`CredentialsError::Invalid`], or
+/// [`CredentialsError::ExecCredentials`] for an `exec` or `auth-provider` user;
+/// [`CredentialsError::NotFound`] for an `http(s)://` reference.
 pub fn context() -> Result<Selection, CredentialsError> {
     imported::context().map(Selection::from)
 }
@@ -80,7 +83,10 @@ impl CredentialsError {
     /// The host's explanation.
     pub fn message(&self) -> &str {
         match self {
-            Self::Denied(message) | Self::NotFound(message) | Self::Invalid(message) => message,
+            Self::Denied(message)
+            | Self::NotFound(message)
+            | Self::Invalid(message)
+            | Self::ExecCredentials(message) => message,
         }
     }
 
@@ -102,6 +108,10 @@ impl CredentialsError {
             Self::Invalid(message) => ProbeError::not_probeable(
                 ReasonClass::ReferenceBroken,
                 format!("{what} is not usable: {message}"),
+            ),
+            Self::ExecCredentials(message) => ProbeError::not_probeable(
+                ReasonClass::ExecCredentials,
+                format!("{what}: {message}"),
             ),
         }
     }

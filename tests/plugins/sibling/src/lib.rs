@@ -107,5 +107,6 @@ fn describe(result: &Result<SecretBytes, CredentialsError>) -> String {
         Err(CredentialsError::Denied(_)) => "denied".to_owned(),
         Err(CredentialsError::NotFound(_)) => "not-found".to_owned(),
         Err(CredentialsError::Invalid(_)) => "invalid".to_owned(),
+        Err(CredentialsError::ExecCredentials(_)) => "exec-credentials".to_owned(),
     }
 }
