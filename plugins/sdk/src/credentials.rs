@@ -92,9 +92,11 @@ impl CredentialsError {
 
     /// What a probe should return when a read it needs fails: a missing or unusable file,
     /// Secret or key makes the reference broken ([`ProbeError::not_probeable`],
-    /// [`ReasonClass::ReferenceBroken`]); a denied read is the plugin's problem, not the
-    /// cluster's ([`ProbeError::inconclusive`], [`ReasonClass::Denied`]). `what` names what
-    /// was read, e.g. `the client key file ./client.key`.
+    /// [`ReasonClass::ReferenceBroken`]); credentials from an exec or auth-provider plugin
+    /// are not probeable either ([`ReasonClass::ExecCredentials`]); a denied read is the
+    /// plugin's problem, not the cluster's ([`ProbeError::inconclusive`],
+    /// [`ReasonClass::Denied`]). `what` names what was read, e.g. `the client key file
+    /// ./client.key`.
     pub fn probe_error(&self, what: &str) -> ProbeError {
         match self {
             Self::Denied(message) => ProbeError::inconclusive(
@@ -130,6 +132,12 @@ mod tests {
         let missing = CredentialsError::NotFound("gone".to_owned()).probe_error("f");
         assert!(
             matches!(missing, ProbeError::NotProbeable(ref f) if f.class == ReasonClass::ReferenceBroken)
+        );
+        let exec = CredentialsError::ExecCredentials("runs aws".to_owned()).probe_error("f");
+        assert!(
+            matches!(exec, ProbeError::NotProbeable(ref f)
+                if f.class == ReasonClass::ExecCredentials && f.message == "f: runs aws"),
+            "{exec:?}"
         );
     }
 }
