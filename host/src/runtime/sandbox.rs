@@ -360,6 +360,9 @@ fn truncate(text: &str, max: usize) -> &str {
 
 type CredentialsResult = Result<Vec<u8>, credentials::CredentialsError>;
 
+/// The context a Secret's kubeconfig selects, or why it cannot be resolved.
+type SecretResolution = Result<ConnectionMaterial, (ReasonClass, String)>;
+
 impl credentials::Host for CallState {
     async fn kubeconfig(&mut self) -> CredentialsResult {
         self.check_credentials_grant("kubeconfig")?;
@@ -508,13 +511,7 @@ impl CallState {
     async fn read_secret_kubeconfig(
         &mut self,
         call: &str,
-    ) -> Result<
-        (
-            SecretBytes,
-            Result<ConnectionMaterial, (ReasonClass, String)>,
-        ),
-        credentials::CredentialsError,
-    > {
+    ) -> Result<(SecretBytes, SecretResolution), credentials::CredentialsError> {
         use credentials::CredentialsError as E;
         let Some(CallCluster {
             reference:

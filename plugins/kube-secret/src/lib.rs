@@ -48,13 +48,14 @@ impl ProbePlugin for KubeSecret {
     }
 
     fn probe(request: ProbeRequest) -> Result<ProbeReport, ProbeError> {
-        let (namespace, name, key, context) = match Reference::parse(&request.cluster.reference) {
+        // The context is vigil's to select (`credentials.context`); the names are for messages.
+        let (namespace, name, key) = match Reference::parse(&request.cluster.reference) {
             Ok(Reference::Secret {
                 namespace,
                 name,
                 key,
-                context,
-            }) => (namespace, name, key, context),
+                ..
+            }) => (namespace, name, key),
             Ok(other) => {
                 return Err(ProbeError::not_probeable(
                     ReasonClass::NoPlugin,
@@ -71,7 +72,7 @@ impl ProbePlugin for KubeSecret {
                 ));
             }
         };
-        let source = source(&namespace, &name, &key, context.as_deref());
+        let source = source(&namespace, &name, &key);
         let selection = credentials::context().map_err(|error| error.probe_error(&source))?;
         probe_selection(&selection, &source, no_files)
     }
@@ -79,15 +80,10 @@ impl ProbePlugin for KubeSecret {
 
 vigil_plugin_sdk::register!(KubeSecret);
 
-/// How messages name the kubeconfig: `the kubeconfig in Secret NS/NAME key "KEY"`, with
-/// `context "CONTEXT"` when the reference names one.
-fn source(namespace: &str, name: &str, key: &str, context: Option<&str>) -> String {
-    match context {
-        Some(context) => {
-            format!("the kubeconfig in Secret {namespace}/{name} key {key:?} context {context:?}")
-        }
-        None => format!("the kubeconfig in Secret {namespace}/{name} key {key:?}"),
-    }
+/// How messages name the kubeconfig: `the kubeconfig in Secret NS/NAME key "KEY"` (vigil's
+/// own messages about the context name the whole reference).
+fn source(namespace: &str, name: &str, key: &str) -> String {
+    format!("the kubeconfig in Secret {namespace}/{name} key {key:?}")
 }
 
 /// What reading a file named by a Secret's kubeconfig gives: nothing. The file would be
@@ -146,14 +142,15 @@ mod tests {
                 SecretBytes::new(b"t".to_vec()),
             )),
         };
-        let source = source("ns", "name", "kubeconfig", Some("x"));
+        let source = source("ns", "name", "kubeconfig");
         match probe_selection(&selection, &source, no_files) {
             Err(ProbeError::NotProbeable(failure)) => {
                 assert_eq!(failure.class, ReasonClass::ReferenceBroken);
                 assert!(
-                    failure.message.starts_with(
-                        "the kubeconfig in Secret ns/name key \"kubeconfig\" context \"x\": "
-                    ) && failure.message.contains("self-contained"),
+                    failure
+                        .message
+                        .starts_with("the kubeconfig in Secret ns/name key \"kubeconfig\": ")
+                        && failure.message.contains("self-contained"),
                     "{}",
                     failure.message
                 );
