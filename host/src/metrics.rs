@@ -115,6 +115,7 @@ struct Recorded {
     cascades: Family<CascadeLabels, Counter>,
     cascade_apps: Family<CascadeLabels, Counter>,
     plugin_faults: Family<PluginLabels, Counter>,
+    host_faults: Counter,
     plugin_changes: Family<PluginChangeLabels, Counter>,
     tick_duration: Histogram,
 }
@@ -132,6 +133,7 @@ impl Metrics {
                 cascades: Family::default(),
                 cascade_apps: Family::default(),
                 plugin_faults: Family::default(),
+                host_faults: Counter::default(),
                 plugin_changes: Family::default(),
                 tick_duration: duration_histogram(),
             }),
@@ -163,6 +165,13 @@ impl Metrics {
                     class: class.as_str(),
                 })
                 .inc();
+        }
+        if let ProbeOutcome::Inconclusive {
+            class: ReasonClass::HostFault,
+            ..
+        } = outcome
+        {
+            recorded.host_faults.inc();
         }
         if let ProbeOutcome::Inconclusive {
             class: ReasonClass::PluginFault,
@@ -328,6 +337,13 @@ impl Metrics {
             "Inconclusive probes caused by the plugin (trap, deadline, memory limit, \
              malformed result, abandoned), by plugin",
             recorded.plugin_faults.clone(),
+        );
+        registry.register(
+            "vigil_host_faults",
+            "Inconclusive probes caused by vigil itself before the cluster was reached (its \
+             file descriptors, local ports, instance pool, no local route, a resolver that \
+             did not answer): neither the cluster's fault nor the plugin's",
+            recorded.host_faults.clone(),
         );
         registry.register(
             "vigil_plugin_generation_changes",

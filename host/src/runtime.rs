@@ -965,7 +965,19 @@ impl PluginRuntime {
         } else {
             debug!(plugin = %plugin.name, cluster = %target.name, outcome = %outcome.label(), contacted = record.cluster_contacted, "probe done");
         }
-        self.judge_probation(plugin, matches!(outcome, ProbeOutcome::Inconclusive { .. }));
+        // A fault of vigil's own says nothing about the plugin: it is not judged.
+        let host_fault = matches!(
+            outcome,
+            ProbeOutcome::Inconclusive {
+                class: ReasonClass::HostFault,
+                ..
+            }
+        );
+        if host_fault {
+            warn!(plugin = %plugin.name, cluster = %target.name, outcome = %outcome.label(), "{}", describe(&outcome));
+        } else {
+            self.judge_probation(plugin, matches!(outcome, ProbeOutcome::Inconclusive { .. }));
+        }
         outcome
     }
 

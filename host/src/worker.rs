@@ -582,7 +582,7 @@ async fn probe_cluster<P: Prober>(
     match tokio::time::timeout(timeout + grace, prober.probe_attributed(&target)).await {
         Ok(probed) => probed,
         Err(_) => Probed::host(ProbeOutcome::Inconclusive {
-            class: ReasonClass::PluginFault,
+            class: ReasonClass::HostFault,
             message: format!(
                 "the probe did not return within its {}s timeout plus {}ms grace; abandoned",
                 timeout.as_secs(),
@@ -614,7 +614,7 @@ pub(crate) async fn resolve_target(
         Ok(resolution) => resolution,
         Err(error) => {
             return Err(ProbeOutcome::Inconclusive {
-                class: ReasonClass::PluginFault,
+                class: ReasonClass::HostFault,
                 message: format!("resolving the reference failed: {error}"),
             });
         }

@@ -824,3 +824,144 @@ async fn no_secret_in_api_responses_the_event_stream_metrics_or_the_log() {
     assert_no_secret(&dir.path().join("vigil.log"), &needles);
     fleet.shutdown().await;
 }
+
+/// Replaces the value of `field` (a `*-data` field of the kubeconfig text, whose value may
+/// continue on more deeply indented lines) with `value`.
+fn with_field(kubeconfig: &str, field: &str, value: &str) -> String {
+    let mut out = Vec::new();
+    let mut continuation: Option<usize> = None;
+    for line in kubeconfig.lines() {
+        let indent = line.len() - line.trim_start().len();
+        if let Some(key_indent) = continuation {
+            if indent > key_indent && !line.trim().is_empty() && !line.contains(": ") {
+                continue;
+            }
+            continuation = None;
+        }
+        match line.split_once(&format!("{field}:")) {
+            Some((before, _)) => {
+                out.push(format!("{before}{field}: {value}"));
+                continuation = Some(indent);
+            }
+            None => out.push(line.to_owned()),
+        }
+    }
+    out.join("\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unusable_material_from_the_reference_never_calls_a_cluster_down_while_real_failures_still_do()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfigs = dir.path().join("kubeconfigs");
+    let fleet = Fleet::builder()
+        .clusters(4)
+        .addresses(AddressPlan::Auto)
+        .start()
+        .await
+        .unwrap();
+    let clusters = fleet.clusters();
+    let written = write(
+        clusters,
+        &kubeconfigs,
+        ShapePlan::Only(KubeconfigShape::Embedded),
+    );
+    let [mismatched, corrupt, refused, control] =
+        [0, 1, 2, 3].map(|i| clusters[i].name().to_owned());
+
+    let vigil = Vigil::start(dir.path(), &kubeconfigs).await;
+    for name in [&mismatched, &corrupt, &refused, &control] {
+        vigil.wait_status(name, ClusterStatus::Online).await;
+    }
+    let now = wall_clock();
+    for (app, cluster) in [
+        ("on-mismatched", &mismatched),
+        ("on-corrupt", &corrupt),
+        ("on-refused", &refused),
+    ] {
+        vigil
+            .store
+            .register_app(app, cluster, AppStatus::Deployed, now)
+            .await
+            .unwrap();
+    }
+
+    // A half-done rotation: a new client key beside the old certificate. And a client key
+    // that is not PEM at all.
+    let text = |i: usize| std::fs::read_to_string(&written[i].path).unwrap();
+    let other_key = STANDARD.encode(rcgen::KeyPair::generate().unwrap().serialize_pem());
+    let garbage =
+        STANDARD.encode("-----BEGIN PRIVATE KEY-----\nbm90IGEga2V5\n-----END PRIVATE KEY-----\n");
+    let replace = |i: usize, value: &str| {
+        let path = &written[i].path;
+        let temporary = path.with_extension("tmp");
+        std::fs::write(&temporary, with_field(&text(i), "client-key-data", value)).unwrap();
+        std::fs::rename(&temporary, path).unwrap();
+    };
+    replace(0, &other_key);
+    replace(1, &garbage);
+    for name in [&mismatched, &corrupt] {
+        vigil
+            .wait_for(name, "reference-broken", |c| {
+                c.health.condition(ConditionType::ReferenceBroken).is_some()
+            })
+            .await;
+    }
+    let broken = vigil.cluster(&mismatched).await;
+    assert_eq!(broken.last_outcome.as_deref(), Some("not-probeable"));
+    assert_eq!(
+        broken.last_reason_class.as_deref(),
+        Some("reference-broken")
+    );
+    let condition = broken
+        .health
+        .condition(ConditionType::ReferenceBroken)
+        .unwrap();
+    assert!(
+        condition.message.contains("do not fit"),
+        "the reason names what is wrong: {condition:?}"
+    );
+    let seen = [
+        clusters[0].log().entries().len(),
+        clusters[1].log().entries().len(),
+    ];
+
+    // A real failure still goes OFFLINE at the threshold and degrades its app.
+    clusters[2].refuse().await.unwrap();
+    vigil.wait_status(&refused, ClusterStatus::Offline).await;
+    // Several more probes of everyone.
+    let before = clusters[3].log().entries().len();
+    vigil
+        .wait_for(&control, "probed again", |_| {
+            clusters[3].log().entries().len() >= before + 3
+        })
+        .await;
+
+    for name in [&mismatched, &corrupt] {
+        let cluster = vigil.cluster(name).await;
+        assert_eq!(cluster.health.status, ClusterStatus::Online, "{name}");
+        assert_eq!(cluster.health.consecutive_failures, 0, "{name}");
+    }
+    assert_eq!(
+        [
+            clusters[0].log().entries().len(),
+            clusters[1].log().entries().len()
+        ],
+        seen,
+        "no request reached a cluster whose material cannot be used"
+    );
+    let apps = vigil.store.apps().await.unwrap();
+    let status_of = |name: &str| apps.iter().find(|a| a.name == name).unwrap().status;
+    assert_eq!(status_of("on-mismatched"), AppStatus::Deployed);
+    assert_eq!(status_of("on-corrupt"), AppStatus::Deployed);
+    assert_eq!(status_of("on-refused"), AppStatus::Degraded);
+
+    let log = vigil.stop().await;
+    let outcomes = applied_outcomes(&log);
+    assert!(
+        !outcomes[&mismatched].iter().any(|o| o == "unhealthy"),
+        "{:?}",
+        outcomes[&mismatched]
+    );
+    fleet.shutdown().await;
+}

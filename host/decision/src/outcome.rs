@@ -32,11 +32,16 @@ pub enum ReasonClass {
     PluginFault,
     /// The plugin asked for something its grants do not allow.
     Denied,
+    /// vigil itself could not carry the probe out, before any connection to the cluster:
+    /// its own resource limits (file descriptors, local ports, the plugin instance pool),
+    /// no local route, a resolver that did not answer. Neither the cluster's fault nor
+    /// the plugin's.
+    HostFault,
 }
 
 impl ReasonClass {
     /// Every reason class, in declaration order.
-    pub const ALL: [ReasonClass; 12] = [
+    pub const ALL: [ReasonClass; 13] = [
         Self::Refused,
         Self::Timeout,
         Self::Tls,
@@ -49,6 +54,7 @@ impl ReasonClass {
         Self::NoPlugin,
         Self::PluginFault,
         Self::Denied,
+        Self::HostFault,
     ];
 
     /// The stable kebab-case name, e.g. `server-error`.
@@ -66,6 +72,7 @@ impl ReasonClass {
             Self::NoPlugin => "no-plugin",
             Self::PluginFault => "plugin-fault",
             Self::Denied => "denied",
+            Self::HostFault => "host-fault",
         }
     }
 }

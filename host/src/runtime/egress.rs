@@ -10,9 +10,11 @@
 //! counts as having talked to it, a cluster request that times out or answers 401/403 is
 //! remembered for the outcome mapping.
 
+use std::io::ErrorKind;
+use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -22,7 +24,8 @@ use hyper::{Method, Uri};
 use hyper_util::rt::TokioIo;
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
-use tokio::net::TcpStream;
+use sha2::{Digest, Sha256};
+use tokio::net::{TcpSocket, TcpStream};
 use tokio_rustls::TlsConnector;
 use tracing::{debug, warn};
 use wasmtime_wasi_http::{RequestOptions, WasiBody, WasiHttpHooks};
@@ -38,6 +41,12 @@ pub const MAX_RESPONSE_BODY_BYTES: usize = 4 * 1024 * 1024;
 /// The largest request body a plugin may send through `wasi:http` (a probe sends little;
 /// the bound keeps a guest from making the host buffer without end).
 pub const MAX_REQUEST_BODY_BYTES: usize = 1024 * 1024;
+
+/// The shortest bound a plugin may put on a cluster request (`timeout-ms`, or `wasi:http`'s
+/// connect and first-byte timeouts) for a timeout under it to count as the cluster's. A
+/// plugin that waits less than this, and less than what is left of the probe's budget, has
+/// shortened the wait itself: the timeout is its own, never the cluster's.
+pub const MIN_CLUSTER_REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// A host and port a request may go to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -159,13 +168,102 @@ impl ClusterTls {
     }
 }
 
-/// What `wasi:http` futures learn after the host call that started them returned: they
-/// run in tasks of their own, apart from the store.
+/// What one request taught the host about the cluster, merged into the call's
+/// [`CallRecord`]. `wasi:http` futures run in tasks of their own, apart from the store, so
+/// theirs is shared behind a mutex and merged when the record is read.
+#[derive(Debug, Default, Clone)]
+struct Learned {
+    contacted: bool,
+    timed_out: bool,
+    auth_rejected: Option<u16>,
+    reference_broken: Option<String>,
+    host_fault: Option<String>,
+}
+
+impl Learned {
+    /// Adds what one request learned; `cluster` says whether it went to the cluster (only
+    /// those count as contact, timeouts, rejections).
+    fn merge_into(self, record: &mut CallRecord, cluster: bool) {
+        if cluster {
+            record.cluster_contacted |= self.contacted;
+            record.cluster_timed_out |= self.timed_out;
+            record.auth_rejected = record.auth_rejected.or(self.auth_rejected);
+        }
+        record.reference_broken = record.reference_broken.take().or(self.reference_broken);
+        record.host_fault = record.host_fault.take().or(self.host_fault);
+    }
+}
+
+/// What the `wasi:http` requests of a call learned (each with whether it was the cluster's).
+type LateRecord = Mutex<Vec<(Learned, bool)>>;
+
+/// How far one request got towards its server. The exchange moves it forward; when a
+/// timeout drops the exchange, the stage it reached says whose the timeout was.
 #[derive(Debug, Default)]
-struct LateRecord {
-    cluster_timed_out: AtomicBool,
-    /// 0 when no cluster request was answered 401 or 403.
-    auth_rejected: AtomicU16,
+struct Progress(AtomicU8);
+
+impl Progress {
+    const RESOLVING: u8 = 1;
+    const CONNECTING: u8 = 2;
+    /// `connect()` reached the server (established, refused, reset), or the resolver
+    /// answered that the name does not exist.
+    const CONTACTED: u8 = 3;
+
+    fn advance(&self, stage: u8) {
+        self.0.fetch_max(stage, Ordering::AcqRel);
+    }
+
+    /// A connection attempt that failed locally: back to before it, unless an earlier
+    /// attempt reached the server.
+    fn retreat(&self) {
+        let _ = self.0.compare_exchange(
+            Self::CONNECTING,
+            Self::RESOLVING,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+    }
+
+    fn stage(&self) -> u8 {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// What a timeout at this stage means. `shortened`: the plugin bounded the request
+    /// below [`MIN_CLUSTER_REQUEST_TIMEOUT`] and below the budget.
+    fn timed_out(&self, shortened: bool) -> Learned {
+        match self.stage() {
+            Self::RESOLVING => Learned {
+                host_fault: Some(
+                    "the resolver did not answer within the probe's budget".to_owned(),
+                ),
+                ..Learned::default()
+            },
+            Self::CONNECTING | Self::CONTACTED if !shortened => Learned {
+                contacted: true,
+                timed_out: true,
+                ..Learned::default()
+            },
+            Self::CONTACTED => Learned {
+                contacted: true,
+                ..Learned::default()
+            },
+            _ => Learned::default(),
+        }
+    }
+
+    /// What an exchange that ended (answered or failed) learned.
+    fn ended(&self) -> Learned {
+        Learned {
+            contacted: self.stage() == Self::CONTACTED,
+            ..Learned::default()
+        }
+    }
+}
+
+/// Whether the plugin shortened a request's wait: its own bound is below both the floor
+/// and what the budget left.
+fn shortened(guest: Option<Duration>, budget: Duration) -> bool {
+    guest.is_some_and(|g| g < budget && g < MIN_CLUSTER_REQUEST_TIMEOUT)
 }
 
 /// One call's egress: the plugin's grant, the destinations it may reach, what it has sent,
@@ -179,6 +277,12 @@ pub(crate) struct Egress {
     clients: TlsClients,
     deadline: Instant,
     cluster_tls: Option<Arc<ClusterTls>>,
+    /// The cluster's resolved material, and any served during the call (a Secret's), to
+    /// tell material the reference holds from material the plugin made up when a TLS
+    /// set-up fails…
+    served_material: Vec<ConnectionMaterial>,
+    /// …and the sha256 of each file served through `credentials.read-file`.
+    served_files: Vec<[u8; 32]>,
 }
 
 impl std::fmt::Debug for Egress {
@@ -248,7 +352,37 @@ impl Egress {
             clients,
             deadline,
             cluster_tls,
+            served_material: cluster
+                .and_then(|c| c.material.as_deref())
+                .cloned()
+                .into_iter()
+                .collect(),
+            served_files: Vec::new(),
         }
+    }
+
+    /// A file's bytes served to the plugin (`credentials.read-file`).
+    pub(crate) fn note_served(&mut self, bytes: &[u8]) {
+        self.served_files.push(Sha256::digest(bytes).into());
+    }
+
+    /// Whether `bytes` are connection material the host served in this call.
+    fn is_served(&self, bytes: &[u8]) -> bool {
+        let inline = |material: &ConnectionMaterial| {
+            [
+                &material.ca,
+                &material.client_certificate,
+                &material.client_key,
+            ]
+            .into_iter()
+            .flatten()
+            .any(|m| matches!(m, Material::Inline(held) if held.expose_secret() == bytes))
+        };
+        if self.served_material.iter().any(inline) {
+            return true;
+        }
+        let digest: [u8; 32] = Sha256::digest(bytes).into();
+        self.served_files.contains(&digest)
     }
 
     /// Material served during the call (a kubeconfig read from a Secret): its selected
@@ -259,15 +393,15 @@ impl Egress {
         if self.cluster_tls.is_none() {
             self.cluster_tls = ClusterTls::of(material);
         }
+        self.served_material.push(material.clone());
     }
 
     /// What the host saw of this call's requests, those still settling included.
     pub(crate) fn record(&self) -> CallRecord {
         let mut record = self.record.clone();
-        record.cluster_timed_out |= self.late.cluster_timed_out.load(Ordering::Acquire);
-        if record.auth_rejected.is_none() {
-            let status = self.late.auth_rejected.load(Ordering::Acquire);
-            record.auth_rejected = (status != 0).then_some(status);
+        let late = self.late.lock().unwrap_or_else(PoisonError::into_inner);
+        for (learned, cluster) in late.iter() {
+            learned.clone().merge_into(&mut record, *cluster);
         }
         record
     }
@@ -291,9 +425,6 @@ impl Egress {
             self.record.denied.push(format!("{host}:{port}"));
             return Err(Refused::Denied { host, port });
         };
-        if route == Route::Cluster {
-            self.record.cluster_contacted = true;
-        }
         // Where a plugin's requests go, for the operator: the destination only, never the
         // URL's path or query, which may carry credentials.
         debug!(plugin = %self.plugin, host = %host, port, cluster = (route == Route::Cluster), "{} request let out", door.name());
@@ -338,13 +469,14 @@ impl http::Host for CallState {
                     E::Denied(format!("egress to {host}:{port} is not allowed"))
                 }
             })?;
-        let mut bound = admitted.bound;
-        if let Some(ms) = request.timeout_ms {
-            bound = bound.min(Duration::from_millis(u64::from(ms)));
-        }
+        let budget = admitted.bound;
+        let guest = request
+            .timeout_ms
+            .map(|ms| Duration::from_millis(u64::from(ms)));
+        let bound = guest.map_or(budget, |g| budget.min(g));
         let cluster = admitted.route == Route::Cluster;
         if bound.is_zero() {
-            egress.record.cluster_timed_out |= cluster;
+            // Nothing was sent: whoever used the budget up, the cluster was not asked.
             return Err(E::Timeout);
         }
         let tls = if admitted.https {
@@ -356,14 +488,26 @@ impl http::Host for CallState {
                 }) => Trust::Ca(ca),
                 _ => Trust::System,
             };
-            let config = egress
-                .clients
-                .client_config_parts(
-                    trust,
-                    options.and_then(|t| t.client_certificate_pem.as_deref()),
-                    options.and_then(|t| t.client_key_pem.as_deref()),
-                )
-                .map_err(|e| E::Tls(e.to_string()))?;
+            let certificate = options.and_then(|t| t.client_certificate_pem.as_deref());
+            let key = options.and_then(|t| t.client_key_pem.as_deref());
+            let ca = match trust {
+                Trust::Ca(ca) => Some(ca),
+                _ => None,
+            };
+            let config = match egress.clients.client_config_parts(trust, certificate, key) {
+                Ok(config) => config,
+                Err(error) => {
+                    let pieces: Vec<&[u8]> = [ca, certificate, key].into_iter().flatten().collect();
+                    if !pieces.is_empty() && pieces.iter().all(|piece| egress.is_served(piece)) {
+                        egress.record.reference_broken.get_or_insert_with(|| {
+                            format!(
+                                "the connection material of the reference cannot be used: {error}"
+                            )
+                        });
+                    }
+                    return Err(E::Tls(error.to_string()));
+                }
+            };
             let name = options.and_then(|t| t.server_name.as_deref());
             let name = tls::server_name(&admitted.host, name).map_err(|e| E::Tls(e.to_string()))?;
             Some((config, name))
@@ -392,20 +536,35 @@ impl http::Host for CallState {
             tls,
         };
         let started = Instant::now();
-        let Ok(result) = tokio::time::timeout(bound, exchange(outgoing)).await else {
-            egress.record.cluster_timed_out |= cluster;
-            return Err(E::Timeout);
+        let progress = Progress::default();
+        let result = tokio::time::timeout(bound, exchange(outgoing, &progress)).await;
+        let (learned, result) = match result {
+            Err(_) => (
+                progress.timed_out(shortened(guest, budget)),
+                Err(E::Timeout),
+            ),
+            Ok(Err(error)) => {
+                let mut learned = progress.ended();
+                error.teach(&mut learned);
+                let error = match error {
+                    WireError::Refused(message) | WireError::Local(message) => E::Refused(message),
+                    WireError::TimedOut => E::Timeout,
+                    WireError::Dns(message) => E::Dns(message),
+                    WireError::Tls(message) => E::Tls(message),
+                    WireError::Protocol(message) => E::Protocol(message),
+                    WireError::TooLarge => E::TooLarge,
+                };
+                (learned, Err(error))
+            }
+            Ok(Ok(incoming)) => {
+                let mut learned = progress.ended();
+                learned.auth_rejected =
+                    matches!(incoming.status, 401 | 403).then_some(incoming.status);
+                (learned, Ok(incoming))
+            }
         };
-        let incoming = result.map_err(|error| match error {
-            WireError::Refused(message) => E::Refused(message),
-            WireError::Dns(message) => E::Dns(message),
-            WireError::Tls(message) => E::Tls(message),
-            WireError::Protocol(message) => E::Protocol(message),
-            WireError::TooLarge => E::TooLarge,
-        })?;
-        if cluster && matches!(incoming.status, 401 | 403) {
-            egress.record.auth_rejected = Some(incoming.status);
-        }
+        learned.merge_into(&mut egress.record, cluster);
+        let incoming = result?;
         Ok(http::Response {
             status: incoming.status,
             headers: incoming
@@ -457,21 +616,20 @@ impl WasiHttpHooks for Egress {
                 )));
             }
         };
-        let mut bound = admitted.bound;
-        if let Some(options) = options {
-            // The guest's connect and first-byte timeouts together bound the exchange.
-            let guest = [options.connect_timeout, options.first_byte_timeout]
+        let budget = admitted.bound;
+        // The guest's connect and first-byte timeouts together bound the exchange.
+        let guest = options.and_then(|options| {
+            [options.connect_timeout, options.first_byte_timeout]
                 .into_iter()
                 .flatten()
-                .reduce(Duration::saturating_add);
-            if let Some(guest) = guest {
-                bound = bound.min(guest);
-            }
-        }
+                .reduce(Duration::saturating_add)
+        });
+        let bound = guest.map_or(budget, |g| budget.min(g));
         let send = WasiSend {
             cluster_tls: self.wasi_trust(&admitted),
             admitted,
             bound,
+            shortened: shortened(guest, budget),
             clients: self.clients.clone(),
             late: Arc::clone(&self.late),
         };
@@ -484,6 +642,8 @@ impl WasiHttpHooks for Egress {
 struct WasiSend {
     admitted: Admitted,
     bound: Duration,
+    /// The guest shortened the bound (see [`shortened`]).
+    shortened: bool,
     cluster_tls: Option<Arc<ClusterTls>>,
     clients: TlsClients,
     late: Arc<LateRecord>,
@@ -495,23 +655,34 @@ impl WasiSend {
         let cluster = self.admitted.route == Route::Cluster;
         let late = Arc::clone(&self.late);
         let bound = self.bound;
+        let shortened = self.shortened;
+        let progress = Progress::default();
         let incoming = if bound.is_zero() {
             None
         } else {
-            tokio::time::timeout(bound, self.exchange(request))
+            tokio::time::timeout(bound, self.exchange(request, &progress))
                 .await
                 .ok()
         };
-        let Some(incoming) = incoming else {
-            if cluster {
-                late.cluster_timed_out.store(true, Ordering::Release);
+        let (learned, incoming) = match incoming {
+            // A zero bound sent nothing: `timed_out` of a request that never started.
+            None => (progress.timed_out(shortened), Err(E::ConnectionReadTimeout)),
+            Some(Err((error, taught))) => {
+                let mut learned = progress.ended();
+                taught(&mut learned);
+                (learned, Err(error))
             }
-            return Err(E::ConnectionReadTimeout);
+            Some(Ok(incoming)) => {
+                let mut learned = progress.ended();
+                learned.auth_rejected =
+                    matches!(incoming.status, 401 | 403).then_some(incoming.status);
+                (learned, Ok(incoming))
+            }
         };
+        late.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((learned, cluster));
         let incoming = incoming?;
-        if cluster && matches!(incoming.status, 401 | 403) {
-            late.auth_rejected.store(incoming.status, Ordering::Release);
-        }
         let body: WasiBody = Full::new(incoming.body)
             .map_err(|never| -> E { match never {} })
             .boxed_unsync();
@@ -527,7 +698,8 @@ impl WasiSend {
     async fn exchange(
         self,
         request: hyper::Request<WasiBody>,
-    ) -> Result<Incoming, wasmtime_wasi_http::Error> {
+        progress: &Progress,
+    ) -> Result<Incoming, (wasmtime_wasi_http::Error, Teach)> {
         use wasmtime_wasi_http::Error as E;
         let Self {
             admitted,
@@ -536,12 +708,30 @@ impl WasiSend {
             ..
         } = self;
         let tls = if admitted.https {
+            // The trust of a `wasi:http` request is the host's choice: the kubeconfig's
+            // cluster TLS (served from the reference) or the system roots (vigil's own).
+            let unusable = |error: TlsError| -> (E, Teach) {
+                let served = cluster_tls.is_some();
+                let message = error.to_string();
+                (
+                    E::TlsCertificateError,
+                    Box::new(move |learned: &mut Learned| {
+                        if served {
+                            learned.reference_broken = Some(format!(
+                                "the connection material of the reference cannot be used: {message}"
+                            ));
+                        } else {
+                            learned.host_fault =
+                                Some(format!("the system trust roots cannot be used: {message}"));
+                        }
+                    }),
+                )
+            };
             let config = wasi_tls_config(&clients, cluster_tls.as_deref())
                 .await
-                .map_err(|_| E::TlsCertificateError)?;
+                .map_err(unusable)?;
             let name = cluster_tls.as_ref().and_then(|t| t.server_name.as_deref());
-            let name =
-                tls::server_name(&admitted.host, name).map_err(|_| E::TlsCertificateError)?;
+            let name = tls::server_name(&admitted.host, name).map_err(unusable)?;
             Some((config, name))
         } else {
             None
@@ -550,7 +740,7 @@ impl WasiSend {
         let body = Limited::new(body, MAX_REQUEST_BODY_BYTES)
             .collect()
             .await
-            .map_err(|_| E::HttpRequestBodySize(None))?
+            .map_err(|_| (E::HttpRequestBodySize(None), nothing_taught()))?
             .to_bytes();
         let outgoing = Outgoing {
             method: parts.method,
@@ -562,19 +752,36 @@ impl WasiSend {
             port: admitted.port,
             tls,
         };
-        exchange(outgoing).await.map_err(|error| match error {
-            WireError::Refused(_) => E::ConnectionRefused,
-            WireError::Dns(message) => E::DnsError {
-                rcode: Some(message),
-                info_code: None,
-            },
-            WireError::Tls(_) => E::TlsCertificateError,
-            WireError::Protocol(_) => E::HttpProtocolError,
-            WireError::TooLarge => {
-                E::HttpResponseBodySize(u64::try_from(MAX_RESPONSE_BODY_BYTES).ok())
-            }
+        exchange(outgoing, progress).await.map_err(|error| {
+            let mut taught = Learned::default();
+            error.teach(&mut taught);
+            let code = match error {
+                WireError::Refused(_) | WireError::Local(_) => E::ConnectionRefused,
+                WireError::TimedOut => E::ConnectionReadTimeout,
+                WireError::Dns(message) => E::DnsError {
+                    rcode: Some(message),
+                    info_code: None,
+                },
+                WireError::Tls(_) => E::TlsCertificateError,
+                WireError::Protocol(_) => E::HttpProtocolError,
+                WireError::TooLarge => {
+                    E::HttpResponseBodySize(u64::try_from(MAX_RESPONSE_BODY_BYTES).ok())
+                }
+            };
+            let teach: Teach = Box::new(move |learned: &mut Learned| {
+                learned.host_fault = learned.host_fault.take().or(taught.host_fault);
+                learned.timed_out |= taught.timed_out;
+            });
+            (code, teach)
         })
     }
+}
+
+/// What a failed `wasi:http` exchange adds to what its [`Progress`] tells.
+type Teach = Box<dyn FnOnce(&mut Learned) + Send>;
+
+fn nothing_taught() -> Teach {
+    Box::new(|_| {})
 }
 
 /// The client configuration of a `wasi:http` request: the kubeconfig's cluster TLS for its
@@ -648,15 +855,117 @@ struct Incoming {
 /// Why a request got no answer.
 #[derive(Debug)]
 enum WireError {
+    /// The server refused, reset or could not be reached (the cluster's doing).
     Refused(String),
+    /// The kernel gave up connecting (no answer to the SYN).
+    TimedOut,
+    /// The name does not exist.
     Dns(String),
+    /// The TLS handshake with the server failed (its certificate did not verify among
+    /// others: the server at the cluster's address answered, and vigil cannot tell a
+    /// rotated CA from another server there).
     Tls(String),
     Protocol(String),
     TooLarge,
+    /// vigil's own resources failed before the server was reached: file descriptors,
+    /// local ports, no local route, a resolver that did not answer.
+    Local(String),
+}
+
+impl WireError {
+    /// What the failure says beyond how far the exchange got.
+    fn teach(&self, learned: &mut Learned) {
+        match self {
+            Self::Local(message) => learned.host_fault = Some(message.clone()),
+            Self::TimedOut => learned.timed_out = true,
+            _ => {}
+        }
+    }
+}
+
+/// Resolves `host` and connects to its addresses in turn, moving `progress` along: the
+/// cluster counts as contacted once a `connect()` to one of its addresses reached the
+/// other side (established, refused, reset, timed out) or the resolver said the name does
+/// not exist. Failures of vigil's own resources are [`WireError::Local`].
+async fn dial(host: &str, port: u16, progress: &Progress) -> Result<TcpStream, WireError> {
+    progress.advance(Progress::RESOLVING);
+    let addresses: Vec<SocketAddr> = match host.parse::<IpAddr>() {
+        Ok(ip) => vec![SocketAddr::new(ip, port)],
+        Err(_) => match tokio::net::lookup_host((host, port)).await {
+            Ok(found) => found.collect(),
+            Err(error) => return Err(lookup_failure(host, &error, progress)),
+        },
+    };
+    let mut remote = None;
+    let mut local = None;
+    for address in addresses {
+        let socket = if address.is_ipv4() {
+            TcpSocket::new_v4()
+        } else {
+            TcpSocket::new_v6()
+        };
+        let socket = socket
+            .map_err(|error| WireError::Local(format!("vigil cannot open a socket: {error}")))?;
+        progress.advance(Progress::CONNECTING);
+        match socket.connect(address).await {
+            Ok(tcp) => {
+                progress.advance(Progress::CONTACTED);
+                return Ok(tcp);
+            }
+            Err(error) => match error.kind() {
+                ErrorKind::ConnectionRefused => {
+                    progress.advance(Progress::CONTACTED);
+                    remote = Some(WireError::Refused(format!(
+                        "connection refused by {host}:{port}"
+                    )));
+                }
+                ErrorKind::TimedOut => {
+                    progress.advance(Progress::CONTACTED);
+                    remote = Some(WireError::TimedOut);
+                }
+                ErrorKind::ConnectionReset
+                | ErrorKind::ConnectionAborted
+                | ErrorKind::HostUnreachable => {
+                    progress.advance(Progress::CONTACTED);
+                    remote = Some(WireError::Refused(format!(
+                        "cannot connect to {host}:{port}: {error}"
+                    )));
+                }
+                // No local route, no local port, no memory, a local firewall: whatever
+                // the kernel refused before the packet left is vigil's own trouble.
+                _ => {
+                    progress.retreat();
+                    local = Some(WireError::Local(format!(
+                        "vigil cannot connect to {host}:{port} from here: {error}"
+                    )));
+                }
+            },
+        }
+    }
+    Err(remote.or(local).unwrap_or_else(|| {
+        progress.advance(Progress::CONTACTED);
+        WireError::Dns(format!("{host} has no address"))
+    }))
+}
+
+/// A failed name lookup: a name that does not exist is the cluster's (`dns`); a resolver
+/// that cannot answer is vigil's.
+fn lookup_failure(host: &str, error: &std::io::Error, progress: &Progress) -> WireError {
+    // The system resolver's messages (getaddrinfo's EAI_NONAME and EAI_NODATA): the only
+    // way std reports which failure it was.
+    let text = error.to_string();
+    if text.contains("Name or service not known")
+        || text.contains("No address associated with hostname")
+    {
+        progress.advance(Progress::CONTACTED);
+        WireError::Dns(format!("cannot resolve {host}: no such name"))
+    } else {
+        WireError::Local(format!("the resolver could not answer for {host}: {error}"))
+    }
 }
 
 /// One request over a fresh connection (a reused one would hide certificate rotation).
-async fn exchange(outgoing: Outgoing) -> Result<Incoming, WireError> {
+async fn exchange(outgoing: Outgoing, progress: &Progress) -> Result<Incoming, WireError> {
     let Outgoing {
         method,
         host,
@@ -667,22 +976,7 @@ async fn exchange(outgoing: Outgoing) -> Result<Incoming, WireError> {
         body,
         tls,
     } = outgoing;
-    let tcp = match TcpStream::connect((host.as_str(), port)).await {
-        Ok(tcp) => tcp,
-        Err(error) if error.kind() == std::io::ErrorKind::ConnectionRefused => {
-            return Err(WireError::Refused(format!(
-                "connection refused by {host}:{port}"
-            )));
-        }
-        Err(error) if error.to_string().contains("lookup") => {
-            return Err(WireError::Dns(format!("cannot resolve {host}")));
-        }
-        Err(error) => {
-            return Err(WireError::Refused(format!(
-                "cannot connect to {host}:{port}: {error}"
-            )));
-        }
-    };
+    let tcp = dial(&host, port, progress).await?;
     // Without it a fresh connection plus one request waits ~40 ms on Nagle and
     // delayed ACKs.
     let _ = tcp.set_nodelay(true);

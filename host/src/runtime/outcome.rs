@@ -50,7 +50,7 @@ pub(crate) fn map(
         Some(status) => ProbeOutcome::CredentialsRejected {
             message: format!("the API server answered {status} (seen by the host)"),
         },
-        None => other,
+        None => not_the_clusters(record, other),
     };
     let overran = |what: &str| {
         if record.cluster_timed_out {
@@ -77,10 +77,13 @@ pub(crate) fn map(
         }
         CallEnd::Returned(Err(types::ProbeError::Inconclusive(failure))) => {
             match check_message(&failure.message) {
-                Ok(()) => ProbeOutcome::Inconclusive {
-                    class: reason(failure.class),
-                    message: failure.message,
-                },
+                Ok(()) => not_the_clusters(
+                    record,
+                    ProbeOutcome::Inconclusive {
+                        class: reason(failure.class),
+                        message: failure.message,
+                    },
+                ),
                 Err(why) => fault(format!("malformed inconclusive failure: {why}")),
             }
         }
@@ -96,10 +99,33 @@ pub(crate) fn map(
         CallEnd::Trapped { message, .. } => rejected_or(fault(format!("trapped: {message}"))),
         CallEnd::Overran => overran("the call ran past its deadline"),
         CallEnd::HostFailure(message) => ProbeOutcome::Inconclusive {
-            class: ReasonClass::PluginFault,
+            class: ReasonClass::HostFault,
             message: format!("plugin {plugin} could not be run: {message}"),
         },
     }
+}
+
+/// What a call that never reached the cluster ends as, when the host knows why: connection
+/// material from the reference that cannot be used is the reference's (`not-probeable`),
+/// a failure of vigil's own resources is vigil's (`inconclusive`, `host-fault`). Otherwise
+/// `fallback` (the plugin's doing).
+fn not_the_clusters(record: &CallRecord, fallback: ProbeOutcome) -> ProbeOutcome {
+    if record.cluster_contacted {
+        return fallback;
+    }
+    if let Some(message) = &record.reference_broken {
+        return ProbeOutcome::NotProbeable {
+            class: ReasonClass::ReferenceBroken,
+            message: message.clone(),
+        };
+    }
+    if let Some(message) = &record.host_fault {
+        return ProbeOutcome::Inconclusive {
+            class: ReasonClass::HostFault,
+            message: message.clone(),
+        };
+    }
+    fallback
 }
 
 fn map_report(plugin: &str, report: types::ProbeReport, record: &CallRecord) -> ProbeOutcome {
@@ -123,9 +149,18 @@ fn map_report(plugin: &str, report: types::ProbeReport, record: &CallRecord) -> 
                 ));
             }
             if !record.cluster_contacted {
-                return fault(format!(
-                    "unhealthy ({class}) without a request to the cluster in this call"
-                ));
+                return not_the_clusters(
+                    record,
+                    fault(format!(
+                        "unhealthy ({class}) without a request to the cluster in this call"
+                    )),
+                );
+            }
+            if class == ReasonClass::Timeout && !record.cluster_timed_out {
+                return fault(
+                    "unhealthy (timeout) but no request to the cluster timed out within a bound the host counts"
+                        .to_owned(),
+                );
             }
             ProbeOutcome::Unhealthy {
                 class,
@@ -134,8 +169,12 @@ fn map_report(plugin: &str, report: types::ProbeReport, record: &CallRecord) -> 
         }
         types::Verdict::CredentialsRejected => {
             if !record.cluster_contacted {
-                return fault(
-                    "credentials-rejected without a request to the cluster in this call".to_owned(),
+                return not_the_clusters(
+                    record,
+                    fault(
+                        "credentials-rejected without a request to the cluster in this call"
+                            .to_owned(),
+                    ),
                 );
             }
             ProbeOutcome::CredentialsRejected {
@@ -231,7 +270,7 @@ mod tests {
             cluster_contacted: contacted,
             cluster_timed_out: timed_out,
             auth_rejected: auth,
-            denied: Vec::new(),
+            ..CallRecord::default()
         }
     }
 
@@ -359,6 +398,107 @@ mod tests {
         check(
             CallEnd::Returned(Ok(long)),
             &record(true, false, None),
+            None,
+            "inconclusive",
+        );
+    }
+
+    /// What the host learned that the plugin's verdict cannot override: material from the
+    /// reference that cannot be used, vigil's own faults, timeouts the host does not count.
+    #[test]
+    fn what_the_host_saw_decides_whose_fault_it_was() {
+        use types::ReasonClass as W;
+        use types::Verdict as V;
+        let ok = |v, r| CallEnd::Returned(Ok(report(v, r)));
+        let broken = CallRecord {
+            reference_broken: Some("the client certificate and key do not fit".to_owned()),
+            ..CallRecord::default()
+        };
+        let host = CallRecord {
+            host_fault: Some("vigil cannot open a socket: too many open files".to_owned()),
+            ..CallRecord::default()
+        };
+        let inconclusive = |class| {
+            CallEnd::Returned(Err(types::ProbeError::Inconclusive(types::Failure {
+                class,
+                message: "f".to_owned(),
+            })))
+        };
+        // Unusable material the host served: the reference's, whatever the plugin says.
+        check(
+            ok(V::Unhealthy, Some(W::Tls)),
+            &broken,
+            None,
+            "not-probeable",
+        );
+        check(inconclusive(W::PluginFault), &broken, None, "not-probeable");
+        check(CallEnd::Overran, &broken, None, "not-probeable");
+        // vigil's own trouble: inconclusive, of class host-fault.
+        for end in [ok(V::Unhealthy, Some(W::Refused)), CallEnd::Overran] {
+            let outcome = map("p", end, &host, None);
+            assert!(
+                matches!(
+                    outcome,
+                    ProbeOutcome::Inconclusive {
+                        class: ReasonClass::HostFault,
+                        ..
+                    }
+                ),
+                "{outcome:?}"
+            );
+        }
+        let outcome = map(
+            "p",
+            CallEnd::HostFailure("pool full".to_owned()),
+            &CallRecord::default(),
+            None,
+        );
+        assert!(
+            matches!(
+                outcome,
+                ProbeOutcome::Inconclusive {
+                    class: ReasonClass::HostFault,
+                    ..
+                }
+            ),
+            "{outcome:?}"
+        );
+        // Once the cluster was reached, what it did stands.
+        let reached = CallRecord {
+            cluster_contacted: true,
+            ..host.clone()
+        };
+        check(
+            ok(V::Unhealthy, Some(W::Refused)),
+            &reached,
+            None,
+            "unhealthy",
+        );
+        // A real handshake with the server that failed (its certificate does not verify
+        // against the kubeconfig's CA, say) is the cluster's.
+        check(
+            ok(V::Unhealthy, Some(W::Tls)),
+            &record(true, false, None),
+            None,
+            "unhealthy",
+        );
+        // A timeout verdict stands only when the host counted a cluster timeout.
+        check(
+            ok(V::Unhealthy, Some(W::Timeout)),
+            &record(true, false, None),
+            None,
+            "inconclusive",
+        );
+        check(
+            ok(V::Unhealthy, Some(W::Timeout)),
+            &record(true, true, None),
+            None,
+            "unhealthy",
+        );
+        // Nothing known: the plugin's fault, as before.
+        check(
+            ok(V::Unhealthy, Some(W::Tls)),
+            &CallRecord::default(),
             None,
             "inconclusive",
         );

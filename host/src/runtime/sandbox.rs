@@ -151,6 +151,12 @@ pub struct CallRecord {
     pub auth_rejected: Option<u16>,
     /// Requests denied by the egress policy, as `host:port`.
     pub denied: Vec<String>,
+    /// Connection material the host served from the reference (a CA, a client certificate
+    /// or key) could not be used, before any connection: what and why.
+    pub reference_broken: Option<String>,
+    /// vigil's own resources failed a request before it reached the cluster (file
+    /// descriptors, local ports, no local route, a resolver that did not answer).
+    pub host_fault: Option<String>,
 }
 
 /// The cluster a call is about, as the host knows it.
@@ -423,7 +429,9 @@ impl credentials::Host for CallState {
                 "{path} is not a file the kubeconfig's context names"
             )));
         }
-        read_bounded(self.remaining(), &wanted).await
+        let bytes = read_bounded(self.remaining(), &wanted).await?;
+        self.egress.note_served(&bytes);
+        Ok(bytes)
     }
 
     async fn parameter(&mut self, name: String) -> CredentialsResult {
