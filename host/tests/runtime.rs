@@ -878,3 +878,71 @@ async fn a_plugin_asks_which_log_levels_are_recorded_and_formats_nothing_else() 
         }
     }
 }
+
+/// A plugin that makes its own requests fail — a zero or very short timeout, a CA that is
+/// not a certificate — and blames the cluster is never believed: each probe is
+/// inconclusive (the plugin's fault), on a healthy cluster and on one that hangs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_a_plugin_caused_itself_are_never_the_clusters() {
+    let fleet = Fleet::builder()
+        .clusters(1)
+        .addresses(AddressPlan::Auto)
+        .start()
+        .await
+        .expect("fleet");
+    let temp = tempfile::tempdir().expect("tempdir");
+    let kubeconfigs = fleet
+        .write_kubeconfigs(&temp.path().join("kube"), &KubeconfigOptions::default())
+        .expect("kubeconfigs");
+    let cluster = &fleet.clusters()[0];
+    let endpoint = cluster.server_url();
+    let plugins = temp.path().join("plugins.d");
+    std::fs::create_dir_all(&plugins).expect("plugin dir");
+    for mode in ["timeout-zero", "timeout-short", "garbage-ca"] {
+        std::fs::copy(
+            plugin_file("shortcut"),
+            plugins.join(format!("{mode}.wasm")),
+        )
+        .expect("copy");
+        std::fs::write(
+            plugins.join(format!("{mode}.toml")),
+            format!("{ALL_GRANTS}[parameters]\nmode = \"{mode}\"\n"),
+        )
+        .expect("manifest");
+    }
+    let (runtime, report) = load(&plugins, None).await;
+    assert!(report.refused.is_empty(), "{report:#?}");
+    let probe = |plugin: &'static str| {
+        let target = target(
+            &kubeconfigs[0],
+            &endpoint,
+            Some(plugin),
+            Duration::from_secs(3),
+        );
+        let runtime = runtime.clone();
+        async move { runtime.probe(&target).await }
+    };
+    let check = |outcome: &ProbeOutcome, plugin: &str| {
+        assert!(
+            matches!(
+                outcome,
+                ProbeOutcome::Inconclusive {
+                    class: ReasonClass::PluginFault,
+                    ..
+                }
+            ),
+            "{plugin}: {outcome:?}"
+        );
+    };
+    // The positive control: with the cluster answering, only the zero timeout and the
+    // garbage CA fail (the short timeout is answered in time).
+    assert_eq!(probe("timeout-short").await, ProbeOutcome::Healthy);
+    check(&probe("timeout-zero").await, "timeout-zero");
+    check(&probe("garbage-ca").await, "garbage-ca");
+
+    cluster.hang(HangPoint::Request).await.expect("hang");
+    for plugin in ["timeout-zero", "timeout-short", "garbage-ca"] {
+        check(&probe(plugin).await, plugin);
+    }
+    fleet.shutdown().await;
+}

@@ -175,6 +175,8 @@ impl ClusterTls {
 struct Learned {
     contacted: bool,
     timed_out: bool,
+    /// Timed out under a bound the plugin shortened.
+    shortened: bool,
     auth_rejected: Option<u16>,
     reference_broken: Option<String>,
     host_fault: Option<String>,
@@ -187,6 +189,7 @@ impl Learned {
         if cluster {
             record.cluster_contacted |= self.contacted;
             record.cluster_timed_out |= self.timed_out;
+            record.cluster_timeout_shortened |= self.shortened;
             record.auth_rejected = record.auth_rejected.or(self.auth_rejected);
         }
         record.reference_broken = record.reference_broken.take().or(self.reference_broken);
@@ -245,9 +248,13 @@ impl Progress {
             },
             Self::CONTACTED => Learned {
                 contacted: true,
+                shortened: true,
                 ..Learned::default()
             },
-            _ => Learned::default(),
+            _ => Learned {
+                shortened,
+                ..Learned::default()
+            },
         }
     }
 
@@ -477,6 +484,9 @@ impl http::Host for CallState {
         let cluster = admitted.route == Route::Cluster;
         if bound.is_zero() {
             // Nothing was sent: whoever used the budget up, the cluster was not asked.
+            Progress::default()
+                .timed_out(shortened(guest, budget))
+                .merge_into(&mut egress.record, cluster);
             return Err(E::Timeout);
         }
         let tls = if admitted.https {

@@ -156,9 +156,12 @@ fn map_report(plugin: &str, report: types::ProbeReport, record: &CallRecord) -> 
                     )),
                 );
             }
-            if class == ReasonClass::Timeout && !record.cluster_timed_out {
+            if class == ReasonClass::Timeout
+                && !record.cluster_timed_out
+                && record.cluster_timeout_shortened
+            {
                 return fault(
-                    "unhealthy (timeout) but no request to the cluster timed out within a bound the host counts"
+                    "unhealthy (timeout) after a timeout the plugin shortened itself (below 1 s and the budget)"
                         .to_owned(),
                 );
             }
@@ -482,12 +485,24 @@ mod tests {
             None,
             "unhealthy",
         );
-        // A timeout verdict stands only when the host counted a cluster timeout.
+        // A timeout the plugin shortened is its own; an answer too slow for the plugin's
+        // latency bound (no request timed out) is the cluster's.
+        let shortened = CallRecord {
+            cluster_contacted: true,
+            cluster_timeout_shortened: true,
+            ..CallRecord::default()
+        };
+        check(
+            ok(V::Unhealthy, Some(W::Timeout)),
+            &shortened,
+            None,
+            "inconclusive",
+        );
         check(
             ok(V::Unhealthy, Some(W::Timeout)),
             &record(true, false, None),
             None,
-            "inconclusive",
+            "unhealthy",
         );
         check(
             ok(V::Unhealthy, Some(W::Timeout)),

@@ -147,6 +147,9 @@ pub struct CallRecord {
     pub cluster_contacted: bool,
     /// A request to the cluster timed out.
     pub cluster_timed_out: bool,
+    /// A request to the cluster timed out under a bound the plugin shortened (see
+    /// `egress::MIN_CLUSTER_REQUEST_TIMEOUT`): the plugin's own timeout.
+    pub cluster_timeout_shortened: bool,
     /// The cluster answered 401 or 403.
     pub auth_rejected: Option<u16>,
     /// Requests denied by the egress policy, as `host:port`.
