@@ -582,7 +582,7 @@ async fn probe_cluster<P: Prober>(
     match tokio::time::timeout(timeout + grace, prober.probe_attributed(&target)).await {
         Ok(probed) => probed,
         Err(_) => Probed::host(ProbeOutcome::Inconclusive {
-            class: ReasonClass::HostFault,
+            class: ReasonClass::PluginFault,
             message: format!(
                 "the probe did not return within its {}s timeout plus {}ms grace; abandoned",
                 timeout.as_secs(),
