@@ -469,7 +469,7 @@ mod tests {
         // Once the cluster was reached, what it did stands.
         let reached = CallRecord {
             cluster_contacted: true,
-            ..host.clone()
+            ..host
         };
         check(
             ok(V::Unhealthy, Some(W::Refused)),
