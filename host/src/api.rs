@@ -4,7 +4,9 @@
 //! and no socket. Every route is declared with `utoipa`, so `/openapi.json` is generated
 //! from the code and cannot forget a route. Errors are `application/problem+json`,
 //! built in one place ([`problem`]). A bearer token protects every mutation (and every
-//! read with read auth); the token's *name* is recorded with each change.
+//! read with read auth); the token's *name* is recorded with each change. Without a valid
+//! token a request must also be addressed to vigil (its `Host`), and a change must not come
+//! from another origin's page (its `Origin`): see [`auth`].
 
 pub mod auth;
 pub mod problem;
@@ -38,7 +40,7 @@ use utoipa::{OpenApi, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use vigil_decision::HealthPolicy;
 
-pub use self::auth::{Access, Caller, TokensError};
+pub use self::auth::{Access, Caller, PublicUrl, TokensError};
 pub use self::problem::{Problem, ProblemKind};
 pub use self::view_cache::ViewCache;
 pub use self::views::{

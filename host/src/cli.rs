@@ -817,12 +817,34 @@ pub struct ApiArgs {
           default_value_t = false, action = clap::ArgAction::Set)]
     pub read_auth: bool,
 
+    /// Where clients reach vigil when it is behind a proxy (an absolute http(s) URL): its
+    /// origin may send changes, and without a token its host is answered besides loopback names.
+    #[arg(
+        long = "public-url",
+        env = "VIGIL_PUBLIC_URL",
+        value_name = "VIGIL_PUBLIC_URL"
+    )]
+    pub public_url: Option<String>,
+
     /// Listen on a non-loopback address without any token (anyone who can reach it may
-    /// change clusters and apps).
+    /// change clusters and apps; requests must still name a loopback host or
+    /// VIGIL_PUBLIC_URL's host).
     #[arg(long = "insecure-no-auth", env = "VIGIL_INSECURE_NO_AUTH",
           value_name = "VIGIL_INSECURE_NO_AUTH", default_value_t = false,
           action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub insecure_no_auth: bool,
+}
+
+/// `url` with any user information (`user:password@`) shown as `***@`.
+fn redact_user_info(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..end].rfind('@') {
+        Some(at) => format!("{scheme}://***{}", &rest[at..]),
+        None => url.to_owned(),
+    }
 }
 
 /// A secret setting: never printed, not even by `Debug`.
@@ -846,6 +868,8 @@ pub struct ApiConfig {
     pub tokens_file: Option<PathBuf>,
     /// `VIGIL_API_READ_AUTH`.
     pub read_auth: bool,
+    /// `VIGIL_PUBLIC_URL`.
+    pub public_url: Option<crate::api::PublicUrl>,
 }
 
 impl ApiArgs {
@@ -863,6 +887,29 @@ impl ApiArgs {
                 ),
             });
         }
+        // A tokens file must yield tokens: one that cannot be read or holds none stops
+        // start-up rather than leaving the API open (it is read again at start).
+        if let Some(file) = &self.tokens_file
+            && let Err(error) = crate::api::Access::new(None, Some(file), false)
+        {
+            return Err(SettingError {
+                variable: "VIGIL_API_TOKENS_FILE",
+                value: file.display().to_string(),
+                reason: error.to_string(),
+            });
+        }
+        let public_url = match self.public_url.as_deref() {
+            None | Some("") => None,
+            Some(url) => {
+                Some(
+                    crate::api::PublicUrl::parse(url).map_err(|reason| SettingError {
+                        variable: "VIGIL_PUBLIC_URL",
+                        value: redact_user_info(url),
+                        reason: reason.to_owned(),
+                    })?,
+                )
+            }
+        };
         let has_token = token.is_some() || self.tokens_file.is_some();
         if !has_token && !self.listen.ip().is_loopback() && !self.insecure_no_auth {
             return Err(SettingError {
@@ -885,6 +932,7 @@ impl ApiArgs {
             token: token.map(SecretSetting),
             tokens_file: self.tokens_file.clone(),
             read_auth: self.read_auth,
+            public_url,
         })
     }
 }

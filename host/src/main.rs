@@ -58,6 +58,12 @@ fn main() -> ExitCode {
             let result = runtime.block_on(serve_with_plugins(&config, shutdown_signal()));
             match result {
                 Ok(_) => ExitCode::SUCCESS,
+                // The tokens file changed between the settings' check and the start.
+                Err(error @ ServeError::Tokens(_)) => {
+                    tracing::error!("{}", error_chain(&error));
+                    eprintln!("error: {}", error_chain(&error));
+                    ExitCode::from(2)
+                }
                 Err(error @ ServeError::Locked(_)) => {
                     tracing::error!("{}", error_chain(&error));
                     eprintln!("error: {}", error_chain(&error));

@@ -496,7 +496,18 @@ async fn run<P: Prober>(
         config.api.token.as_ref().map(|t| t.0.as_str()),
         config.api.tokens_file.as_deref(),
         config.api.read_auth,
-    )?;
+    )?
+    .with_public_url(config.api.public_url.clone());
+    if !access.has_tokens()
+        && !config.api.listen.ip().is_loopback()
+        && config.api.public_url.is_none()
+    {
+        warn!(
+            listen = %config.api.listen,
+            "no token and no VIGIL_PUBLIC_URL: only requests addressed to a loopback name or \
+             address are answered; set VIGIL_PUBLIC_URL to the host clients use"
+        );
+    }
     let store = Store::open(&config.database_url).await?;
     let sources = Sources::from_settings(&config.discovery);
 

@@ -5,8 +5,26 @@
 //! presented token is compared digest to digest, so neither the comparison's timing nor a
 //! memory dump reveals a token. The caller's identity — the token's *name*, never the
 //! token — is recorded with every mutation.
+//!
+//! The same middleware keeps browsers from being used against vigil. A web page cannot
+//! set `Authorization`, but it can make a browser send requests: to a name it controls
+//! that it later points at 127.0.0.1 (DNS rebinding), or cross-site form posts. So a
+//! request without a valid token is judged by its headers too:
+//!
+//! - *Host*: with no token configured, vigil answers only requests addressed to a
+//!   loopback name or address (`localhost`, `*.localhost`, `127.0.0.0/8`, `[::1]`, any
+//!   port) or to `VIGIL_PUBLIC_URL`'s host; others get `421` (`host-not-allowed`).
+//!   `GET`/`HEAD` of `/healthz` and `/readyz` are not judged (they tell nothing), and a
+//!   request without any `Host` (no browser sends one) is treated as local.
+//! - *Origin*: a change (any method but `GET`, `HEAD`, `OPTIONS`) whose `Origin` is
+//!   present and is not vigil's own — `http://` and the request's `Host`, or
+//!   `VIGIL_PUBLIC_URL`'s origin — gets `403` (`origin-not-allowed`). Clients that send
+//!   no `Origin` (curl, the `vigil` CLI) and same-origin pages are unaffected.
+//!
+//! A request carrying a valid token is exempt from both: a token is proof enough.
 
 use std::collections::HashMap;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 
 use axum::extract::{Request, State};
@@ -35,6 +53,8 @@ pub struct Access {
     tokens: HashMap<[u8; 32], String>,
     /// Whether reads need a token too.
     read_auth: bool,
+    /// Where clients reach vigil when it is behind a proxy (`VIGIL_PUBLIC_URL`).
+    public_url: Option<PublicUrl>,
 }
 
 impl std::fmt::Debug for Access {
@@ -42,6 +62,7 @@ impl std::fmt::Debug for Access {
         f.debug_struct("Access")
             .field("tokens", &self.tokens.values().collect::<Vec<_>>())
             .field("read_auth", &self.read_auth)
+            .field("public_url", &self.public_url)
             .finish()
     }
 }
@@ -57,6 +78,16 @@ pub enum TokensError {
         /// Why.
         #[source]
         source: std::io::Error,
+    },
+    /// The file holds no token (empty, or only blank lines and comments): starting would
+    /// leave the API without the protection the setting asks for.
+    #[error(
+        "the tokens file {file} holds no token (only blank lines and comments); \
+         vigil does not start without the tokens it was told to use"
+    )]
+    Empty {
+        /// The file.
+        file: String,
     },
     /// A line is not `NAME:TOKEN` (the line's content is not repeated: it may be a token).
     #[error(
@@ -83,6 +114,7 @@ impl Access {
         let mut access = Self {
             tokens: HashMap::new(),
             read_auth,
+            public_url: None,
         };
         if let Some(token) = token {
             access.tokens.insert(digest(token), "default".to_owned());
@@ -92,6 +124,7 @@ impl Access {
                 file: file.display().to_string(),
                 source,
             })?;
+            let mut found = false;
             for (index, line) in text.lines().enumerate() {
                 let line = line.trim();
                 if line.is_empty() || line.starts_with('#') {
@@ -104,6 +137,7 @@ impl Access {
                         access
                             .tokens
                             .insert(digest(token.trim()), name.trim().to_owned());
+                        found = true;
                     }
                     _ => {
                         return Err(TokensError::Line {
@@ -113,8 +147,20 @@ impl Access {
                     }
                 }
             }
+            if !found {
+                return Err(TokensError::Empty {
+                    file: file.display().to_string(),
+                });
+            }
         }
         Ok(access)
+    }
+
+    /// The same access, with vigil's public URL (its origin and host are vigil's own).
+    #[must_use]
+    pub fn with_public_url(mut self, public_url: Option<PublicUrl>) -> Self {
+        self.public_url = public_url;
+        self
     }
 
     /// Whether any token is configured.
@@ -133,9 +179,10 @@ fn digest(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
 
-/// The middleware: identifies the caller, and refuses a request that needs a token
-/// (every mutation when tokens are configured; every request with read auth) and has
-/// none, or a wrong one.
+/// The middleware: identifies the caller, refuses a request without a valid token whose
+/// `Host` or `Origin` is not vigil's (see the module's documentation), and refuses a
+/// request that needs a token (every mutation when tokens are configured; every request
+/// with read auth) and has none, or a wrong one.
 pub async fn authenticate(
     State(access): State<Access>,
     mut request: Request,
@@ -147,22 +194,282 @@ pub async fn authenticate(
         .and_then(|v| v.to_str().ok());
     let presented = authorization.is_some();
     let caller = access.identify(authorization).map(str::to_owned);
+    if presented && caller.is_none() && access.has_tokens() {
+        return Problem::new(ProblemKind::Unauthorized, "the bearer token is not valid")
+            .into_response();
+    }
     let mutation = !matches!(
         *request.method(),
         Method::GET | Method::HEAD | Method::OPTIONS
     );
+    if caller.is_none()
+        && let Err(problem) = access.guard(&request, mutation)
+    {
+        return problem.into_response();
+    }
     let needs_token = access.has_tokens() && (mutation || access.read_auth);
-    if (needs_token && caller.is_none()) || (presented && caller.is_none() && access.has_tokens()) {
+    if needs_token && caller.is_none() {
         return Problem::new(
             ProblemKind::Unauthorized,
-            if presented {
-                "the bearer token is not valid"
-            } else {
-                "this request needs `Authorization: Bearer TOKEN`"
-            },
+            "this request needs `Authorization: Bearer TOKEN`",
         )
         .into_response();
     }
     request.extensions_mut().insert(Caller(caller));
     next.run(request).await
+}
+
+impl Access {
+    /// The Host and Origin rules, for a request without a valid token.
+    fn guard(&self, request: &Request, mutation: bool) -> Result<(), Problem> {
+        let host = match request.headers().get(header::HOST) {
+            Some(value) => Some(
+                value
+                    .to_str()
+                    .ok()
+                    .and_then(Authority::parse)
+                    .ok_or_else(|| self.host_refused())?,
+            ),
+            // HTTP/2 carries the authority in the URI.
+            None => request
+                .uri()
+                .authority()
+                .map(|a| Authority::parse(a.as_str()).ok_or_else(|| self.host_refused()))
+                .transpose()?,
+        };
+        let probe_path = matches!(*request.method(), Method::GET | Method::HEAD)
+            && matches!(request.uri().path(), "/healthz" | "/readyz");
+        if !self.has_tokens()
+            && !probe_path
+            && let Some(host) = &host
+            && !host.is_loopback()
+            && self
+                .public_url
+                .as_ref()
+                .is_none_or(|url| url.host != host.host)
+        {
+            return Err(self.host_refused());
+        }
+        if mutation && let Some(origin) = request.headers().get(header::ORIGIN) {
+            let origin = origin.to_str().ok().and_then(Origin::parse);
+            let own = origin.as_ref().is_some_and(|origin| {
+                host.as_ref().is_some_and(|host| {
+                    origin.scheme == "http"
+                        && origin.host == host.host
+                        && origin.port == host.port.unwrap_or(80)
+                }) || self
+                    .public_url
+                    .as_ref()
+                    .is_some_and(|url| url.origin == *origin)
+            });
+            if !own {
+                return Err(Problem::new(
+                    ProblemKind::OriginNotAllowed,
+                    "a change sent from a page of another origin needs `Authorization: Bearer \
+                     TOKEN`: without a valid token, a request whose Origin header is present \
+                     must come from vigil's own origin (http:// and the Host it is sent to, \
+                     or VIGIL_PUBLIC_URL)",
+                )
+                .field("header.origin"));
+            }
+        }
+        Ok(())
+    }
+
+    fn host_refused(&self) -> Problem {
+        let public = if self.public_url.is_some() {
+            ", or to VIGIL_PUBLIC_URL's host"
+        } else {
+            " (set VIGIL_PUBLIC_URL to name another host)"
+        };
+        Problem::new(
+            ProblemKind::HostNotAllowed,
+            format!(
+                "without a token configured, vigil answers only requests whose Host header \
+                 names a loopback name or address (localhost, *.localhost, 127.0.0.0/8, \
+                 [::1]){public}"
+            ),
+        )
+        .field("header.host")
+    }
+}
+
+/// A `Host` value: the host in lower case (an IPv6 address in brackets), and the port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Authority {
+    host: String,
+    port: Option<u16>,
+}
+
+impl Authority {
+    /// `HOST[:PORT]`, `[IPV6][:PORT]`; `None` if it is neither.
+    fn parse(text: &str) -> Option<Self> {
+        let text = text.trim();
+        let (host, port) = if let Some(rest) = text.strip_prefix('[') {
+            let (address, after) = rest.split_once(']')?;
+            let address: Ipv6Addr = address.parse().ok()?;
+            (format!("[{address}]"), after)
+        } else {
+            let host = text.split_once(':').map_or(text, |(host, _)| host);
+            let port = &text[host.len()..];
+            let valid = !host.is_empty()
+                && host
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'));
+            if !valid {
+                return None;
+            }
+            let host = host.to_ascii_lowercase();
+            let host = host
+                .strip_suffix('.')
+                .map_or_else(|| host.clone(), str::to_owned);
+            (host, port)
+        };
+        let port = match port {
+            "" => None,
+            port => {
+                let digits = port.strip_prefix(':')?;
+                if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+                    return None;
+                }
+                Some(digits.parse().ok()?)
+            }
+        };
+        Some(Self { host, port })
+    }
+
+    /// `localhost`, `*.localhost`, an address of 127.0.0.0/8, or `[::1]`.
+    fn is_loopback(&self) -> bool {
+        let host = self.host.as_str();
+        if host == "localhost" || host.ends_with(".localhost") {
+            return true;
+        }
+        if let Some(v6) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+            return v6.parse::<Ipv6Addr>().is_ok_and(|a| a.is_loopback());
+        }
+        host.parse::<Ipv4Addr>().is_ok_and(|a| a.is_loopback())
+    }
+}
+
+/// An origin: scheme, host and port (the scheme's default when absent).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Origin {
+    scheme: String,
+    host: String,
+    port: u16,
+}
+
+impl Origin {
+    /// `http(s)://HOST[:PORT]`; `None` for anything else (`null`, other schemes).
+    fn parse(text: &str) -> Option<Self> {
+        let (scheme, authority) = text.trim().split_once("://")?;
+        let scheme = scheme.to_ascii_lowercase();
+        let default = match scheme.as_str() {
+            "http" => 80,
+            "https" => 443,
+            _ => return None,
+        };
+        let authority = Authority::parse(authority)?;
+        Some(Self {
+            scheme,
+            host: authority.host,
+            port: authority.port.unwrap_or(default),
+        })
+    }
+}
+
+/// `VIGIL_PUBLIC_URL`: where clients reach vigil when it is behind a proxy. Its origin is
+/// vigil's own for the Origin rule, and its host is answered by the Host rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublicUrl {
+    origin: Origin,
+    host: String,
+}
+
+impl PublicUrl {
+    /// An absolute `http://` or `https://` URL with a host, no user information, no query
+    /// and no fragment (a path is allowed and plays no part); the error says why not.
+    pub fn parse(text: &str) -> Result<Self, &'static str> {
+        const SHAPE: &str = "expected an absolute URL http://HOST[:PORT][/PATH] or https://…";
+        let (scheme, rest) = text.split_once("://").ok_or(SHAPE)?;
+        if !matches!(scheme.to_ascii_lowercase().as_str(), "http" | "https") {
+            return Err("the scheme must be http or https");
+        }
+        if text.contains(['?', '#']) || text.chars().any(char::is_whitespace) {
+            return Err("a query, a fragment or spaces have no place in it");
+        }
+        let authority = &rest[..rest.find('/').unwrap_or(rest.len())];
+        if authority.contains('@') {
+            return Err("user information has no place in it");
+        }
+        if authority.is_empty() {
+            return Err(SHAPE);
+        }
+        let origin = Origin::parse(&format!("{scheme}://{authority}")).ok_or(SHAPE)?;
+        Ok(Self {
+            host: origin.host.clone(),
+            origin,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_hosts() {
+        for host in [
+            "localhost",
+            "LOCALHOST:8080",
+            "localhost.",
+            "vigil.localhost:1",
+            "127.0.0.1",
+            "127.0.0.1:8080",
+            "127.255.0.9:80",
+            "[::1]",
+            "[::1]:8080",
+        ] {
+            let parsed = Authority::parse(host).unwrap_or_else(|| panic!("{host}"));
+            assert!(parsed.is_loopback(), "{host}");
+        }
+        for host in [
+            "evil.example",
+            "localhost.evil.example",
+            "127.0.0.1.evil.example:80",
+            "10.0.0.1:8080",
+            "[::2]",
+            "128.0.0.1",
+        ] {
+            let parsed = Authority::parse(host).unwrap_or_else(|| panic!("{host}"));
+            assert!(!parsed.is_loopback(), "{host}");
+        }
+        for bad in [
+            "", ":80", "a:b", "a:", "a b", "[::1", "[nope]:1", "a:1:2", "a@b",
+        ] {
+            assert!(Authority::parse(bad).is_none(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn public_urls() {
+        let url = PublicUrl::parse("https://Vigil.Example.com/ui").unwrap();
+        assert_eq!(url.host, "vigil.example.com");
+        assert_eq!(
+            url.origin,
+            Origin::parse("https://vigil.example.com:443").unwrap()
+        );
+        assert!(PublicUrl::parse("http://[::1]:9000").is_ok());
+        for bad in [
+            "vigil.example.com",
+            "ftp://vigil.example.com",
+            "https://",
+            "https://user:pw@vigil.example.com",
+            "https://vigil.example.com/?a=1",
+            "https://vigil.example.com:99999",
+            "https://vigil example.com",
+        ] {
+            assert!(PublicUrl::parse(bad).is_err(), "{bad}");
+        }
+    }
 }

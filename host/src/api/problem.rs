@@ -44,6 +44,11 @@ pub enum ProblemKind {
     ReferenceNotAllowed,
     /// No bearer token, or not a valid one.
     Unauthorized,
+    /// A request without a valid token addressed to a host name vigil does not answer to
+    /// (without tokens: a loopback name or address, or `VIGIL_PUBLIC_URL`'s host).
+    HostNotAllowed,
+    /// A change without a valid token sent from a page of another origin.
+    OriginNotAllowed,
     /// The server failed; the details are in its log.
     Internal,
     /// The server cannot answer now (shutting down, database unreachable).
@@ -65,6 +70,8 @@ impl ProblemKind {
             Self::NoPluginDirectory => "no-plugin-directory",
             Self::ReferenceNotAllowed => "reference-not-allowed",
             Self::Unauthorized => "unauthorized",
+            Self::HostNotAllowed => "host-not-allowed",
+            Self::OriginNotAllowed => "origin-not-allowed",
             Self::Internal => "internal",
             Self::Unavailable => "unavailable",
         }
@@ -84,6 +91,8 @@ impl ProblemKind {
             Self::NoPluginDirectory => "vigil runs without a plugin directory",
             Self::ReferenceNotAllowed => "The reference is not allowed",
             Self::Unauthorized => "A valid bearer token is required",
+            Self::HostNotAllowed => "vigil does not answer to this Host",
+            Self::OriginNotAllowed => "Changes from another origin are refused",
             Self::Internal => "Internal error",
             Self::Unavailable => "Service unavailable",
         }
@@ -102,6 +111,8 @@ impl ProblemKind {
             | Self::ProbeInProgress
             | Self::NoPluginDirectory => StatusCode::CONFLICT,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::HostNotAllowed => StatusCode::MISDIRECTED_REQUEST,
+            Self::OriginNotAllowed => StatusCode::FORBIDDEN,
             Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
             Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         }
