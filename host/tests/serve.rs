@@ -312,6 +312,9 @@ fn serve_help_lists_every_setting() {
         "VIGIL_CACHE_DIR",
         "VIGIL_MANAGEMENT_KUBECONFIG",
         "--management-kubeconfig",
+        "VIGIL_API_TOKENS_FILE",
+        "VIGIL_PUBLIC_URL",
+        "--public-url",
     ] {
         assert!(help.contains(name), "{name} missing from --help:\n{help}");
     }
