@@ -258,6 +258,10 @@ pub enum SourceProblem {
     /// The operating system refused to read the file (permissions, symlink loop, I/O error).
     #[error("cannot be read: {0}")]
     Unreadable(String),
+    /// vigil ran out of its own resources (file descriptors, memory) while reading the
+    /// file: nothing is known about the file itself.
+    #[error("vigil cannot read it now, out of its own resources: {0}")]
+    OutOfResources(String),
     /// `KUBECONFIG_DIR` could not be listed.
     #[error("the directory cannot be listed: {0}")]
     DirUnreadable(String),
@@ -603,16 +607,14 @@ pub(crate) fn load_kubeconfig(path: &Path) -> Result<Kubeconfig, SourceProblem> 
     if metadata.len() > MAX_KUBECONFIG_BYTES {
         return Err(SourceProblem::TooLarge);
     }
-    let file = File::open(path).map_err(|error| SourceProblem::Unreadable(error.to_string()))?;
+    let file = File::open(path).map_err(|error| read_problem(&error))?;
     // The path may have been replaced between the check and the open; what was opened counts.
-    let opened = file
-        .metadata()
-        .map_err(|error| SourceProblem::Unreadable(error.to_string()))?;
+    let opened = file.metadata().map_err(|error| read_problem(&error))?;
     check_regular(&opened)?;
     let mut bytes = Vec::new();
     file.take(MAX_KUBECONFIG_BYTES + 1)
         .read_to_end(&mut bytes)
-        .map_err(|error| SourceProblem::Unreadable(error.to_string()))?;
+        .map_err(|error| read_problem(&error))?;
     if bytes.len() as u64 > MAX_KUBECONFIG_BYTES {
         return Err(SourceProblem::TooLarge);
     }
@@ -620,10 +622,34 @@ pub(crate) fn load_kubeconfig(path: &Path) -> Result<Kubeconfig, SourceProblem> 
     parse_kubeconfig(&text)
 }
 
+/// Explains a failed open or read: vigil's own resources running out says nothing about
+/// the file; anything else is the file's.
+fn read_problem(error: &io::Error) -> SourceProblem {
+    if is_out_of_resources(error) {
+        SourceProblem::OutOfResources(error.to_string())
+    } else {
+        SourceProblem::Unreadable(error.to_string())
+    }
+}
+
+/// Whether the OS refused for want of vigil's own resources: descriptors (per process or
+/// system-wide) or kernel memory.
+pub(crate) fn is_out_of_resources(error: &io::Error) -> bool {
+    const EMFILE: i32 = 24;
+    const ENFILE: i32 = 23;
+    const ENOMEM: i32 = 12;
+    const ENOBUFS: i32 = 105;
+    error.kind() == io::ErrorKind::OutOfMemory
+        || matches!(
+            error.raw_os_error(),
+            Some(EMFILE | ENFILE | ENOMEM | ENOBUFS)
+        )
+}
+
 /// Explains a failed `stat`: a missing file, a dangling link, or an OS error (loops included).
 fn metadata_problem(path: &Path, error: &io::Error) -> SourceProblem {
     if error.kind() != io::ErrorKind::NotFound {
-        return SourceProblem::Unreadable(error.to_string());
+        return read_problem(error);
     }
     match fs::symlink_metadata(path) {
         Ok(link) if link.file_type().is_symlink() => SourceProblem::DanglingSymlink,

@@ -20,7 +20,7 @@ use kube::config::{AuthInfo, Kubeconfig, NamedContext};
 use vigil_decision::ReasonClass;
 use vigil_kubeconfig_rules::{data, path as kubeconfig_path};
 
-use crate::discovery;
+use crate::discovery::{self, SourceProblem};
 
 pub use vigil_kubeconfig_rules::reference::{DEFAULT_SECRET_KEY, Reference, ReferenceError};
 
@@ -154,7 +154,7 @@ pub enum Resolution {
     Connection(Box<ConnectionMaterial>),
     /// The cluster cannot be probed (DESIGN §1 `not-probeable`): never counted as a failure.
     NotProbeable {
-        /// `reference-broken` or `exec-credentials`.
+        /// `reference-broken` or `exec-credentials`; `host-fault` when vigil could not look.
         class: ReasonClass,
         /// What is wrong, naming the file, context, cluster or user; never a secret.
         message: String,
@@ -244,8 +244,14 @@ fn resolve_file(
     kubeconfig: &Path,
     context: Option<&str>,
 ) -> Result<ConnectionMaterial, NotProbeable> {
-    let config =
-        discovery::load_kubeconfig(kubeconfig).map_err(|problem| broken(problem.to_string()))?;
+    let config = discovery::load_kubeconfig(kubeconfig).map_err(|problem| match problem {
+        // Nothing is known about the file: vigil could not look.
+        SourceProblem::OutOfResources(_) => NotProbeable {
+            class: ReasonClass::HostFault,
+            message: problem.to_string(),
+        },
+        _ => broken(problem.to_string()),
+    })?;
     resolve_config(&config, Origin::File(kubeconfig), context)
 }
 

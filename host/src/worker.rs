@@ -620,6 +620,10 @@ pub(crate) async fn resolve_target(
         }
     };
     let connection = match resolution {
+        Resolution::NotProbeable {
+            class: class @ ReasonClass::HostFault,
+            message,
+        } => return Err(ProbeOutcome::Inconclusive { class, message }),
         Resolution::NotProbeable { class, message } => {
             return Err(ProbeOutcome::NotProbeable { class, message });
         }
@@ -661,6 +665,7 @@ fn log_applied(applied: &AppliedProbe, outcome: &ProbeOutcome) {
     debug!(
         cluster,
         outcome = outcome.label(),
+        class = outcome.class().map_or("", |class| class.as_str()),
         reason = outcome.message().unwrap_or(""),
         "probe applied"
     );

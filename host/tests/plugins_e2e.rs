@@ -855,7 +855,7 @@ async fn unusable_material_from_the_reference_never_calls_a_cluster_down_while_r
     let dir = tempfile::tempdir().unwrap();
     let kubeconfigs = dir.path().join("kubeconfigs");
     let fleet = Fleet::builder()
-        .clusters(4)
+        .clusters(7)
         .addresses(AddressPlan::Auto)
         .start()
         .await
@@ -866,22 +866,27 @@ async fn unusable_material_from_the_reference_never_calls_a_cluster_down_while_r
         &kubeconfigs,
         ShapePlan::Only(KubeconfigShape::Embedded),
     );
-    let [mismatched, corrupt, refused, control] =
-        [0, 1, 2, 3].map(|i| clusters[i].name().to_owned());
+    let [
+        mismatched,
+        corrupt,
+        refused,
+        silent,
+        dropped,
+        failing,
+        control,
+    ] = [0, 1, 2, 3, 4, 5, 6].map(|i| clusters[i].name().to_owned());
+    let down = [&refused, &silent, &dropped, &failing];
 
     let vigil = Vigil::start(dir.path(), &kubeconfigs).await;
-    for name in [&mismatched, &corrupt, &refused, &control] {
+    for name in [&mismatched, &corrupt, &control].into_iter().chain(down) {
         vigil.wait_status(name, ClusterStatus::Online).await;
     }
     let now = wall_clock();
-    for (app, cluster) in [
-        ("on-mismatched", &mismatched),
-        ("on-corrupt", &corrupt),
-        ("on-refused", &refused),
-    ] {
+    let app_of = |cluster: &str| format!("on-{cluster}");
+    for cluster in [&mismatched, &corrupt].into_iter().chain(down) {
         vigil
             .store
-            .register_app(app, cluster, AppStatus::Deployed, now)
+            .register_app(&app_of(cluster), cluster, AppStatus::Deployed, now)
             .await
             .unwrap();
     }
@@ -892,14 +897,14 @@ async fn unusable_material_from_the_reference_never_calls_a_cluster_down_while_r
     let other_key = STANDARD.encode(rcgen::KeyPair::generate().unwrap().serialize_pem());
     let garbage =
         STANDARD.encode("-----BEGIN PRIVATE KEY-----\nbm90IGEga2V5\n-----END PRIVATE KEY-----\n");
-    let replace = |i: usize, value: &str| {
+    let replace = |i: usize, field: &str, value: &str| {
         let path = &written[i].path;
         let temporary = path.with_extension("tmp");
-        std::fs::write(&temporary, with_field(&text(i), "client-key-data", value)).unwrap();
+        std::fs::write(&temporary, with_field(&text(i), field, value)).unwrap();
         std::fs::rename(&temporary, path).unwrap();
     };
-    replace(0, &other_key);
-    replace(1, &garbage);
+    replace(0, "client-key-data", &other_key);
+    replace(1, "client-key-data", &garbage);
     for name in [&mismatched, &corrupt] {
         vigil
             .wait_for(name, "reference-broken", |c| {
@@ -921,19 +926,25 @@ async fn unusable_material_from_the_reference_never_calls_a_cluster_down_while_r
         condition.message.contains("do not fit"),
         "the reason names what is wrong: {condition:?}"
     );
-    let seen = [
-        clusters[0].log().entries().len(),
-        clusters[1].log().entries().len(),
-    ];
+    let connections = |i: usize| clusters[i].log().counts().connections;
+    let seen = [connections(0), connections(1)];
 
-    // A real failure still goes OFFLINE at the threshold and degrades its app.
+    // Real failures still go OFFLINE at the threshold and degrade their apps: a closed
+    // port, a server that accepts and never starts TLS, a SYN that is never answered, and
+    // a server that answers 500.
+    let black_hole = BlackHole::open();
     clusters[2].refuse().await.unwrap();
-    vigil.wait_status(&refused, ClusterStatus::Offline).await;
+    clusters[3].hang(HangPoint::Handshake).await.unwrap();
+    replace(4, "server", &format!("https://{}", black_hole.address));
+    clusters[5].fail_with(500).await.unwrap();
+    for name in down {
+        vigil.wait_status(name, ClusterStatus::Offline).await;
+    }
     // Several more probes of everyone.
-    let before = clusters[3].log().entries().len();
+    let before = clusters[6].log().entries().len();
     vigil
         .wait_for(&control, "probed again", |_| {
-            clusters[3].log().entries().len() >= before + 3
+            clusters[6].log().entries().len() >= before + 3
         })
         .await;
 
@@ -943,25 +954,190 @@ async fn unusable_material_from_the_reference_never_calls_a_cluster_down_while_r
         assert_eq!(cluster.health.consecutive_failures, 0, "{name}");
     }
     assert_eq!(
-        [
-            clusters[0].log().entries().len(),
-            clusters[1].log().entries().len()
-        ],
+        [connections(0), connections(1)],
         seen,
-        "no request reached a cluster whose material cannot be used"
+        "no connection reached a cluster whose material cannot be used"
     );
+    for (name, class) in [
+        (&refused, "refused"),
+        (&silent, "timeout"),
+        (&dropped, "timeout"),
+        (&failing, "server-error"),
+    ] {
+        let cluster = vigil.cluster(name).await;
+        assert_eq!(cluster.last_outcome.as_deref(), Some("unhealthy"), "{name}");
+        assert_eq!(cluster.last_reason_class.as_deref(), Some(class), "{name}");
+    }
     let apps = vigil.store.apps().await.unwrap();
-    let status_of = |name: &str| apps.iter().find(|a| a.name == name).unwrap().status;
-    assert_eq!(status_of("on-mismatched"), AppStatus::Deployed);
-    assert_eq!(status_of("on-corrupt"), AppStatus::Deployed);
-    assert_eq!(status_of("on-refused"), AppStatus::Degraded);
+    let status_of = |cluster: &str| {
+        apps.iter()
+            .find(|a| a.name == app_of(cluster))
+            .unwrap()
+            .status
+    };
+    assert_eq!(status_of(&mismatched), AppStatus::Deployed);
+    assert_eq!(status_of(&corrupt), AppStatus::Deployed);
+    for name in down {
+        assert_eq!(status_of(name), AppStatus::Degraded, "{name}");
+    }
 
     let log = vigil.stop().await;
     let outcomes = applied_outcomes(&log);
-    assert!(
-        !outcomes[&mismatched].iter().any(|o| o == "unhealthy"),
-        "{:?}",
-        outcomes[&mismatched]
+    for name in [&mismatched, &corrupt] {
+        assert!(
+            !outcomes[name].iter().any(|o| o == "unhealthy"),
+            "{name}: {:?}",
+            outcomes[name]
+        );
+    }
+    fleet.shutdown().await;
+}
+
+/// A loopback port that never answers a SYN: its accept queue is full and nobody accepts,
+/// so the kernel drops every new connection attempt, as a firewall that drops packets does.
+struct BlackHole {
+    address: std::net::SocketAddr,
+    _listener: tokio::net::TcpListener,
+    _queued: Vec<std::net::TcpStream>,
+}
+
+impl BlackHole {
+    fn open() -> Self {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(([127, 0, 0, 1], 0).into()).unwrap();
+        // A backlog of 0 holds one established connection; the next SYN finds the queue full.
+        let listener = socket.listen(0).unwrap();
+        let address = listener.local_addr().unwrap();
+        let attempt = || std::net::TcpStream::connect_timeout(&address, Duration::from_millis(300));
+        let queued: Vec<_> = (0..2).filter_map(|_| attempt().ok()).collect();
+        let probe = attempt();
+        assert!(
+            probe
+                .as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::TimedOut),
+            "a connection to the full queue must go unanswered: {probe:?}"
+        );
+        Self {
+            address,
+            _listener: listener,
+            _queued: queued,
+        }
+    }
+}
+
+/// `prlimit --pid PID --nofile=LIMIT`: the soft and hard limits of a running process.
+fn set_open_files_limit(pid: u32, limit: &str) {
+    let status = std::process::Command::new("prlimit")
+        .arg("--pid")
+        .arg(pid.to_string())
+        .arg(format!("--nofile={limit}"))
+        .status()
+        .expect("prlimit (util-linux) runs");
+    assert!(status.success(), "prlimit --nofile={limit}: {status:?}");
+}
+
+/// The soft and hard `RLIMIT_NOFILE` of a running process.
+fn open_files_limit(pid: u32) -> (String, String) {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap();
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    (fields[3].to_owned(), fields[4].to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn running_out_of_file_descriptors_is_vigils_trouble_never_the_clusters() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfigs = dir.path().join("kubeconfigs");
+    let fleet = Fleet::builder()
+        .clusters(2)
+        .addresses(AddressPlan::Auto)
+        .start()
+        .await
+        .unwrap();
+    let clusters = fleet.clusters();
+    write(
+        clusters,
+        &kubeconfigs,
+        ShapePlan::Only(KubeconfigShape::Embedded),
     );
+    let names: Vec<String> = clusters.iter().map(|c| c.name().to_owned()).collect();
+    let vigil = Vigil::start(dir.path(), &kubeconfigs).await;
+    for name in &names {
+        vigil.wait_status(name, ClusterStatus::Online).await;
+    }
+    let now = wall_clock();
+    for name in &names {
+        vigil
+            .store
+            .register_app(&format!("on-{name}"), name, AppStatus::Deployed, now)
+            .await
+            .unwrap();
+    }
+
+    // A soft limit below what vigil holds open already: every new socket or file fails
+    // with EMFILE while the descriptors it has keep working. (Only the soft limit: raising
+    // a hard limit back needs a capability a container may not have.)
+    let pid = vigil.child.id();
+    let (soft, hard) = open_files_limit(pid);
+    let lines_before = log_lines(&vigil.log).len();
+    set_open_files_limit(pid, &format!("8:{hard}"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let host_faults = |lines: &[serde_json::Value]| {
+        lines[lines_before.min(lines.len())..]
+            .iter()
+            .filter(|l| {
+                message(l) == "probe applied" && l["fields"]["class"].as_str() == Some("host-fault")
+            })
+            .count()
+    };
+    // Several probes of each cluster, more than the failure threshold.
+    while host_faults(&log_lines(&vigil.log)) < 3 * names.len() {
+        assert!(
+            Instant::now() < deadline,
+            "no probe met the exhausted descriptor table:\n{}",
+            tail(&vigil.log)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    set_open_files_limit(pid, &format!("{soft}:{hard}"));
+
+    for name in &names {
+        let cluster = vigil.cluster(name).await;
+        assert_eq!(cluster.health.status, ClusterStatus::Online, "{name}");
+        assert_eq!(cluster.health.consecutive_failures, 0, "{name}");
+    }
+    let apps = vigil.store.apps().await.unwrap();
+    assert!(
+        apps.iter().all(|a| a.status == AppStatus::Deployed),
+        "{apps:?}"
+    );
+    // The engine saw its own fault, said so, and probes normally again.
+    let (status, metrics) = http(vigil.api, "GET", "/metrics", None, None).await;
+    assert_eq!(status, 200);
+    let counted: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("vigil_host_faults_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("vigil_host_faults_total in:\n{metrics}"));
+    assert!(counted >= (3 * names.len()) as f64, "{counted}");
+    let before = clusters[0].log().counts().requests;
+    vigil
+        .wait_for(&names[0], "probed again", |_| {
+            clusters[0].log().counts().requests >= before + 2
+        })
+        .await;
+
+    let log = vigil.stop().await;
+    let outcomes = applied_outcomes(&log);
+    for name in &names {
+        assert!(
+            !outcomes[name].iter().any(|o| o == "unhealthy"),
+            "{name}: {:?}",
+            outcomes[name]
+        );
+    }
     fleet.shutdown().await;
 }

@@ -716,6 +716,20 @@ async fn wasi_http_requests_meet_the_same_egress_policy_next_to_a_healthy_contro
         elapsed >= timeout && elapsed < timeout + Duration::from_millis(500),
         "{elapsed:?}"
     );
+    // A connect timeout of 0 is the plugin's own doing, even against a hanging cluster:
+    // the request never started, and the cluster is not blamed.
+    let before = cluster.log().counts().connections;
+    assert_fault(
+        &runtime
+            .probe(&wasi(&[("mode", "connect-zero"), ("token", &token)]))
+            .await,
+        "unhealthy (timeout) without a request to the cluster",
+    );
+    assert_eq!(
+        cluster.log().counts().connections,
+        before,
+        "a request with a zero connect timeout was sent"
+    );
     cluster.come_back().await.expect("come back");
 
     // Without the `http` grant every wasi:http request is denied, the cluster's too.

@@ -16,6 +16,9 @@
 //! - `probe`: only the cluster request above, reported as a probe: 2xx `healthy`, 401/403
 //!   `credentials-rejected`, a timeout `unhealthy` (`timeout`), any other error or status
 //!   `unhealthy` with its class.
+//! - `connect-zero`: the `probe` mode with a `connect-timeout` of 0 in the request's
+//!   options, so the request cannot even start; it then blames the cluster for the
+//!   timeout. The host must not believe it: the timeout was the plugin's own.
 //! - `extra-only`: `GET`s `extra-url`, then claims the cluster failed (`unhealthy`,
 //!   `server-error`). A request to an extra host is not one to the cluster, so the host
 //!   must not believe it.
@@ -27,7 +30,7 @@ use vigil_plugin_sdk::{
     Cluster, PluginInfo, ProbeError, ProbePlugin, ProbeReport, ProbeRequest, ReasonClass,
 };
 use wasip2::http::outgoing_handler;
-use wasip2::http::types::{ErrorCode, Fields, Method, OutgoingRequest, Scheme};
+use wasip2::http::types::{ErrorCode, Fields, Method, OutgoingRequest, RequestOptions, Scheme};
 use wasip2::io::streams::StreamError;
 
 /// Where the foreign request goes unless the cluster's `foreign-url` parameter says.
@@ -57,10 +60,11 @@ impl ProbePlugin for WasiHttp {
     fn probe(request: ProbeRequest) -> Result<ProbeReport, ProbeError> {
         let cluster = &request.cluster;
         match parameter(cluster, "mode").unwrap_or("policy") {
-            "probe" => probe(cluster),
+            "probe" => probe(cluster, Options::Default),
+            "connect-zero" => probe(cluster, Options::ConnectTimeoutZero),
             "extra-only" => {
                 let url = parameter(cluster, "extra-url").unwrap_or(DEFAULT_FOREIGN_URL);
-                let extra = get(url, None);
+                let extra = get(url, None, Options::Default);
                 Ok(ProbeReport::unhealthy(
                     ReasonClass::ServerError,
                     format!(
@@ -80,9 +84,9 @@ vigil_plugin_sdk::register!(WasiHttp);
 /// The `policy` mode.
 fn policy(cluster: &Cluster) -> Result<ProbeReport, ProbeError> {
     let foreign_url = parameter(cluster, "foreign-url").unwrap_or(DEFAULT_FOREIGN_URL);
-    let foreign = get(foreign_url, None);
-    let own = cluster_get(cluster)?;
-    let extra = parameter(cluster, "extra-url").map(|url| get(url, None));
+    let foreign = get(foreign_url, None, Options::Default);
+    let own = cluster_get(cluster, Options::Default)?;
+    let extra = parameter(cluster, "extra-url").map(|url| get(url, None, Options::Default));
 
     let foreign_denied = matches!(foreign, Err(ErrorCode::HttpRequestDenied));
     let own_ok = matches!(own, Ok((200, _)));
@@ -112,9 +116,9 @@ fn policy(cluster: &Cluster) -> Result<ProbeReport, ProbeError> {
     Ok(report)
 }
 
-/// The `probe` mode.
-fn probe(cluster: &Cluster) -> Result<ProbeReport, ProbeError> {
-    let report = match cluster_get(cluster)? {
+/// The `probe` and `connect-zero` modes.
+fn probe(cluster: &Cluster, options: Options) -> Result<ProbeReport, ProbeError> {
+    let report = match cluster_get(cluster, options)? {
         Ok((status @ 200..=299, body)) => ProbeReport::healthy(0)
             .with_message(format!("the API server answered {status}"))
             .with_detail("body-bytes", body.len().to_string()),
@@ -137,7 +141,10 @@ fn probe(cluster: &Cluster) -> Result<ProbeReport, ProbeError> {
 
 /// `GET /version` on the cluster's endpoint, with the `token` parameter as a bearer token
 /// when there is one.
-fn cluster_get(cluster: &Cluster) -> Result<Result<(u16, Vec<u8>), ErrorCode>, ProbeError> {
+fn cluster_get(
+    cluster: &Cluster,
+    options: Options,
+) -> Result<Result<(u16, Vec<u8>), ErrorCode>, ProbeError> {
     let token = match credentials::parameter("token") {
         Ok(token) => Some(token),
         Err(CredentialsError::NotFound(_)) => None,
@@ -149,7 +156,16 @@ fn cluster_get(cluster: &Cluster) -> Result<Result<(u16, Vec<u8>), ErrorCode>, P
         value
     });
     let url = format!("{}/version", cluster.endpoint.trim_end_matches('/'));
-    Ok(get(&url, bearer.as_deref()))
+    Ok(get(&url, bearer.as_deref(), options))
+}
+
+/// The request options a `GET` passes to the outgoing handler.
+#[derive(Clone, Copy, Debug)]
+enum Options {
+    /// None: the host's bounds apply.
+    Default,
+    /// A connect timeout of zero nanoseconds.
+    ConnectTimeoutZero,
 }
 
 fn parameter<'a>(cluster: &'a Cluster, name: &str) -> Option<&'a str> {
@@ -161,7 +177,11 @@ fn parameter<'a>(cluster: &'a Cluster, name: &str) -> Option<&'a str> {
 }
 
 /// One `GET` through `wasi:http`: the status and up to [`MAX_BODY`] bytes of the body.
-fn get(url: &str, authorization: Option<&[u8]>) -> Result<(u16, Vec<u8>), ErrorCode> {
+fn get(
+    url: &str,
+    authorization: Option<&[u8]>,
+    options: Options,
+) -> Result<(u16, Vec<u8>), ErrorCode> {
     let invalid = || ErrorCode::HttpRequestUriInvalid;
     let (scheme, rest) = url.split_once("://").ok_or_else(invalid)?;
     let scheme = match scheme {
@@ -194,7 +214,17 @@ fn get(url: &str, authorization: Option<&[u8]>) -> Result<(u16, Vec<u8>), ErrorC
         .set_path_with_query(Some(path))
         .map_err(|()| invalid())?;
 
-    let future = outgoing_handler::handle(request, None)?;
+    let options = match options {
+        Options::Default => None,
+        Options::ConnectTimeoutZero => {
+            let options = RequestOptions::new();
+            options
+                .set_connect_timeout(Some(0))
+                .map_err(|()| internal("connect timeout"))?;
+            Some(options)
+        }
+    };
+    let future = outgoing_handler::handle(request, options)?;
     future.subscribe().block();
     let response = future
         .get()
