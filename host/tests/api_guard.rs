@@ -315,6 +315,38 @@ async fn tokens_configured_keep_anonymous_reads_open_to_any_host() {
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
 }
 
+#[test]
+fn the_document_declares_the_guards_answers() {
+    let doc = serde_json::to_value(vigil::api::openapi()).unwrap();
+    let mut checked = 0;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            let responses = &operation["responses"];
+            let probe = matches!(path.as_str(), "/healthz" | "/readyz");
+            assert_eq!(
+                responses.get("421").is_some(),
+                !probe,
+                "{method} {path}: 421 (host-not-allowed) declared iff guarded"
+            );
+            let mutation = !matches!(method.as_str(), "get" | "head" | "options");
+            assert_eq!(
+                responses.get("403").is_some(),
+                mutation,
+                "{method} {path}: 403 (origin-not-allowed) declared iff a mutation"
+            );
+            if !probe {
+                assert_eq!(
+                    responses["421"]["content"]["application/problem+json"]["schema"]["$ref"],
+                    "#/components/schemas/Problem",
+                    "{method} {path}"
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked > 20, "{checked} operations");
+}
+
 #[tokio::test]
 async fn a_change_from_another_origin_is_refused() {
     let api = api(no_token()).await;

@@ -338,14 +338,17 @@ impl Authority {
         Some(Self { host, port })
     }
 
-    /// `localhost`, `*.localhost`, an address of 127.0.0.0/8, or `[::1]`.
+    /// `localhost`, `*.localhost`, an address of 127.0.0.0/8 (also in its IPv4-mapped
+    /// IPv6 form), or `[::1]`.
     fn is_loopback(&self) -> bool {
         let host = self.host.as_str();
         if host == "localhost" || host.ends_with(".localhost") {
             return true;
         }
         if let Some(v6) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
-            return v6.parse::<Ipv6Addr>().is_ok_and(|a| a.is_loopback());
+            return v6.parse::<Ipv6Addr>().is_ok_and(|a| {
+                a.is_loopback() || a.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+            });
         }
         host.parse::<Ipv4Addr>().is_ok_and(|a| a.is_loopback())
     }
@@ -413,6 +416,62 @@ impl PublicUrl {
     }
 }
 
+/// Declares in the OpenAPI document the answers these rules add to every operation they
+/// guard: `421` for a Host that is not vigil's (every route but the probes `/healthz` and
+/// `/readyz`), and `403` for a cross-origin mutation.
+pub(super) fn declare_guard_responses(doc: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+    let problem = |description: &str| {
+        ResponseBuilder::new()
+            .description(description)
+            .content(
+                "application/problem+json",
+                ContentBuilder::new()
+                    .schema(Some(Ref::from_schema_name("Problem")))
+                    .build(),
+            )
+            .build()
+    };
+    for (path, item) in &mut doc.paths.paths {
+        if matches!(path.as_str(), "/healthz" | "/readyz") {
+            continue;
+        }
+        let reads = [&mut item.get, &mut item.head, &mut item.options];
+        let mutations = [
+            &mut item.post,
+            &mut item.put,
+            &mut item.patch,
+            &mut item.delete,
+        ];
+        for (operation, mutation) in reads
+            .into_iter()
+            .map(|o| (o, false))
+            .chain(mutations.into_iter().map(|o| (o, true)))
+        {
+            let Some(operation) = operation.as_mut() else {
+                continue;
+            };
+            let responses = &mut operation.responses.responses;
+            responses.entry("421".to_owned()).or_insert_with(|| {
+                problem(
+                    "Without a valid token, the Host header must name vigil itself \
+                     (`host-not-allowed`)",
+                )
+                .into()
+            });
+            if mutation {
+                responses.entry("403".to_owned()).or_insert_with(|| {
+                    problem(
+                        "Without a valid token, a browser's cross-origin mutation is refused \
+                         (`origin-not-allowed`)",
+                    )
+                    .into()
+                });
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -429,6 +488,7 @@ mod tests {
             "127.255.0.9:80",
             "[::1]",
             "[::1]:8080",
+            "[::ffff:127.0.0.1]:8080",
         ] {
             let parsed = Authority::parse(host).unwrap_or_else(|| panic!("{host}"));
             assert!(parsed.is_loopback(), "{host}");
@@ -439,6 +499,7 @@ mod tests {
             "127.0.0.1.evil.example:80",
             "10.0.0.1:8080",
             "[::2]",
+            "[::ffff:10.0.0.1]",
             "128.0.0.1",
         ] {
             let parsed = Authority::parse(host).unwrap_or_else(|| panic!("{host}"));
