@@ -28,6 +28,8 @@ pub struct CheckSettings {
     pub credential_dirs: Vec<PathBuf>,
     /// Where the Secrets of `secret://` references are read.
     pub management: crate::secrets::ManagementCluster,
+    /// Where plugins may connect to clusters (`VIGIL_REGISTRATION_ALLOW`).
+    pub registration_allow: crate::address_rule::AddressRule,
 }
 
 /// Why a check could not be made, or its verdict that the file is refused.
@@ -142,6 +144,7 @@ pub async fn check(
         concurrency: 1,
         credential_dirs: settings.credential_dirs.clone(),
         secrets: Some(crate::secrets::connect(&settings.management).await),
+        registration_allow: settings.registration_allow.clone(),
     };
     let (runtime, mut report) = PluginRuntime::load(&runtime_settings).await?;
     if let Some(refused) = report.refused.pop() {

@@ -283,6 +283,7 @@ pub async fn load_plugins(
         // The management cluster's client, or why there is none: a broken setting makes
         // `secret://` clusters not probeable, never stops the engine.
         secrets: Some(secrets::connect(&plugins.management).await),
+        registration_allow: plugins.registration_allow.clone(),
     };
     let (runtime, report) = PluginRuntime::load(&settings).await?;
     runtime.set_probation(plugins.probation);
@@ -531,6 +532,7 @@ async fn run<P: Prober>(
         access,
         credential_roots: credential_roots(&config.discovery, &config.plugins.credential_dirs)
             .into(),
+        registration_allow: Arc::new(config.plugins.registration_allow.clone()),
         defaults: config.defaults,
         readiness: Arc::clone(&readiness),
         metrics: Some(Arc::new(metrics)),

@@ -108,6 +108,7 @@ async fn api_with(read_auth: bool) -> Api {
         metrics: Some(Arc::new(metrics)),
         wake: worker.handle(),
         views: Arc::default(),
+        registration_allow: Default::default(),
     };
     Api {
         router: app(state),
