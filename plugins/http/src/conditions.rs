@@ -598,7 +598,7 @@ mod tests {
         let body = r#"{"status":"DOWN","token":"t0p-s3cret"}"#;
         let pairs = [
             ("status", "200"),
-            ("body-contains", "ok"),
+            ("body-contains", "UP"),
             ("json-pointer", "/token"),
             ("json-equals", "x"),
             ("max-latency-ms", "10"),
