@@ -1151,7 +1151,7 @@ fn call_cluster(plugin: &LoadedPlugin, target: &ProbeTarget) -> CallCluster {
 }
 
 /// The plugin's parameters for `target`: the manifest's defaults, overridden by the
-/// cluster's own (DESIGN §4) — except the operator's settings (`operator.*`), which only
+/// cluster's own — except the operator's settings (`operator.*`), which only
 /// the manifest gives: a cluster's parameters are written by whoever registered it.
 fn parameters(plugin: &LoadedPlugin, target: &ProbeTarget) -> BTreeMap<String, String> {
     let mut merged = plugin.manifest.parameters.clone();

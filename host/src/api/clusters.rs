@@ -363,15 +363,19 @@ struct RegisterCluster {
         pattern = r"^[^/\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+$"
     )]
     name: String,
-    /// The API server address, e.g. `https://10.0.0.1:6443`.
+    /// The API server address, e.g. `https://10.0.0.1:6443`; its host must lie inside
+    /// the operator's `VIGIL_REGISTRATION_ALLOW`.
     endpoint: String,
     /// The reference to its credentials: `/ABS/PATH#CONTEXT` (under the allowed
-    /// directories), `secret://NAMESPACE/NAME?key=KEY&context=CONTEXT` or `https://…`.
+    /// directories), `secret://NAMESPACE/NAME?key=KEY&context=CONTEXT` or `https://…`
+    /// (its host inside `VIGIL_REGISTRATION_ALLOW`).
     kubeconfig_secret_ref: String,
     /// The plugin to probe it with; default: routing by priority.
     #[serde(default)]
     plugin: Option<String>,
-    /// Plugin parameters; credential values as `secret://…?key=…` or `file:///…` references.
+    /// Plugin parameters; credential values as `secret://…?key=…` or `file:///…` references,
+    /// `http(s)://` values inside `VIGIL_REGISTRATION_ALLOW`; no `operator.*` names (the
+    /// operator's settings, in the plugin's `NAME.toml`).
     #[serde(default)]
     parameters: BTreeMap<String, String>,
     /// Labels.
