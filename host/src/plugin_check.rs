@@ -218,6 +218,7 @@ impl CheckedPlugin {
             "grants": summary.grants,
             "secret_namespaces": manifest.secret_namespaces,
             "allowed_hosts": manifest.allowed_hosts,
+            "credential_hosts": manifest.credential_hosts,
             "priority": manifest.priority,
             "memory_mib": manifest.memory_mib,
             "parameters": self
@@ -281,6 +282,12 @@ impl CheckedPlugin {
         let _ = writeln!(text, "grants:       {}", list(&summary.grants));
         let _ = writeln!(text, "secrets in:   {}", list(&manifest.secret_namespaces));
         let _ = writeln!(text, "extra hosts:  {}", list(&manifest.allowed_hosts));
+        let bindings: Vec<String> = manifest
+            .credential_hosts
+            .iter()
+            .map(|(credential, hosts)| format!("{credential} -> {}", hosts.join(", ")))
+            .collect();
+        let _ = writeln!(text, "cred. hosts:  {}", list(&bindings));
         let _ = writeln!(text, "priority:     {}", manifest.priority);
         let _ = writeln!(text, "memory:       {} MiB", manifest.memory_mib);
         let parameters: Vec<String> = self

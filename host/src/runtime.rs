@@ -249,6 +249,8 @@ pub struct PluginSummary {
     pub secret_namespaces: Vec<String>,
     /// The hosts it may reach beyond the cluster's own (`allowed-hosts`).
     pub allowed_hosts: Vec<String>,
+    /// Where its credential parameters may be sent (`credential-hosts`).
+    pub credential_hosts: BTreeMap<String, Vec<String>>,
     /// The cap on its instance's memories and tables, in MiB (`memory-mib`).
     pub memory_mib: u32,
 }
@@ -1338,6 +1340,7 @@ impl Compiled {
             grants: manifest.grants(),
             secret_namespaces: manifest.secret_namespaces.clone(),
             allowed_hosts: manifest.allowed_hosts.clone(),
+            credential_hosts: manifest.credential_hosts.clone(),
             memory_mib: manifest.memory_mib,
         };
         Ok(LoadedPlugin {

@@ -417,6 +417,10 @@ fn plugin_view(status: PluginStatus) -> PluginView {
             .as_ref()
             .map(|p| p.allowed_hosts.clone())
             .unwrap_or_default(),
+        credential_hosts: current
+            .as_ref()
+            .map(|p| p.credential_hosts.clone())
+            .unwrap_or_default(),
         grants: current.map(|p| p.grants).unwrap_or_default(),
         probes: status.stats.probes,
         faults: status.stats.faults,

@@ -51,6 +51,7 @@ impl PluginCatalog for Catalog {
             grants: vec!["credentials".to_owned(), "http".to_owned()],
             secret_namespaces: vec!["vigil".to_owned()],
             allowed_hosts: Vec::new(),
+            credential_hosts: Default::default(),
             memory_mib: 64,
             probes: 3,
             faults: 1,
