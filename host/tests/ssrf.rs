@@ -25,6 +25,8 @@ use vigil::runtime::{PluginRuntime, RuntimeSettings};
 use vigil::store::{NewCluster, Store};
 use vigil::worker::{Prober, Worker, wall_clock};
 
+#[path = "support/plugins.rs"]
+mod plugins;
 #[path = "support/process.rs"]
 mod process;
 #[path = "support/engine.rs"]
@@ -436,4 +438,93 @@ async fn a_name_resolving_outside_the_rule_is_not_connected_to_and_not_the_clust
     let listed = http_runtime(&temp.path().join("listed"), "127.0.0.0/8").await;
     assert_eq!(listed.probe(&target).await.label(), "healthy");
     assert_eq!(server.connections(), reached + 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_credential_sent_through_wasi_http_goes_only_where_it_is_bound() {
+    let server = CountingServer::start().await;
+    let temp = tempfile::tempdir().expect("tempdir");
+    let credentials = temp.path().join("credentials");
+    std::fs::create_dir_all(&credentials).expect("mkdir");
+    let token_file = credentials.join("token");
+    std::fs::write(&token_file, "wasi-t0ken-0123456789\n").expect("write");
+    let load = |name: &str, grants: String| {
+        let dir = temp.path().join(name);
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        std::fs::copy(
+            plugins::plugin_file("wasi-http"),
+            dir.join("wasi-http.wasm"),
+        )
+        .expect("copy");
+        std::fs::write(dir.join("wasi-http.toml"), grants).expect("write");
+        let credentials = credentials.clone();
+        async move {
+            let (runtime, report) = PluginRuntime::load(&RuntimeSettings {
+                plugin_dir: dir,
+                cache_dir: None,
+                concurrency: 2,
+                credential_dirs: vec![credentials],
+                secrets: None,
+                registration_allow: AddressRule::default(),
+            })
+            .await
+            .expect("the runtime starts");
+            assert!(report.refused.is_empty(), "{report:#?}");
+            runtime
+        }
+    };
+    let grants = "log = true\ncredentials = true\nhttp = true\n";
+    let endpoint = format!("http://127.0.0.1:{}", server.port);
+    let target = vigil::worker::ProbeTarget {
+        cluster: vigil_decision::ClusterId(1),
+        name: "web".to_owned(),
+        endpoint: endpoint.clone(),
+        reference: vigil::reference::Reference::parse(&format!("{endpoint}/")).expect("reference"),
+        connection: None,
+        plugin: Some("wasi-http".to_owned()),
+        timeout: Duration::from_secs(5),
+        labels: BTreeMap::new(),
+        parameters: BTreeMap::from([
+            ("mode".to_owned(), "probe".to_owned()),
+            (
+                "token".to_owned(),
+                format!("file://{}", token_file.display()),
+            ),
+        ]),
+    };
+
+    // Not bound: the request that would carry it is refused before any connection. (This
+    // test plugin reports the refusal as `unhealthy(denied)`, a malformed report: its own
+    // fault, never the cluster's.)
+    let unbound = load("unbound", grants.to_owned()).await;
+    let outcome = unbound.probe(&target).await;
+    assert!(
+        matches!(
+            outcome,
+            vigil_decision::ProbeOutcome::NotProbeable { .. }
+                | vigil_decision::ProbeOutcome::Inconclusive { .. }
+        ),
+        "{outcome:?}"
+    );
+    assert!(
+        !format!("{outcome:?}").contains("wasi-t0ken"),
+        "{outcome:?}"
+    );
+    assert_eq!(server.connections(), 0);
+
+    // Bound to the server: sent.
+    let bound = load(
+        "bound",
+        format!(
+            "{grants}[credential-hosts]\n\"{}\" = [\"127.0.0.1:{}\"]\n",
+            token_file.display(),
+            server.port
+        ),
+    )
+    .await;
+    assert_eq!(
+        bound.probe(&target).await,
+        vigil_decision::ProbeOutcome::Healthy
+    );
+    assert_eq!(server.connections(), 1);
 }
