@@ -174,6 +174,9 @@ pub struct ApiState {
     pub access: Access,
     /// Where a manually registered file reference may lie (DESIGN §3).
     pub credential_roots: Arc<[PathBuf]>,
+    /// Where a registered endpoint or `http(s)://` URL may point
+    /// (`VIGIL_REGISTRATION_ALLOW`).
+    pub registration_allow: Arc<crate::address_rule::AddressRule>,
     /// The global policy defaults, to show the policy in force.
     pub defaults: HealthPolicy,
     /// Start-up progress.

@@ -551,6 +551,19 @@ pub struct PluginAccessArgs {
     )]
     pub credential_dirs: Vec<PathBuf>,
 
+    /// Where clusters may point vigil: CIDR blocks, addresses and host names
+    /// (`*.example.com` for every name under example.com), separated by commas
+    /// [default: every address but link-local, cloud metadata and unspecified ones].
+    /// Registration refuses an endpoint or URL outside it, and plugins never connect to
+    /// a cluster address outside it.
+    #[arg(
+        long = "registration-allow",
+        env = "VIGIL_REGISTRATION_ALLOW",
+        value_name = "VIGIL_REGISTRATION_ALLOW",
+        value_parser = crate::address_rule::AddressRule::parse
+    )]
+    pub registration_allow: Option<crate::address_rule::AddressRule>,
+
     /// Where compiled plugins are cached [default: $XDG_CACHE_HOME/vigil, else ~/.cache/vigil].
     #[arg(
         long = "cache-dir",
@@ -593,6 +606,8 @@ pub struct PluginConfig {
     pub cache_dir: Option<PathBuf>,
     /// Directories (besides the kubeconfig sources) under which credential files may lie.
     pub credential_dirs: Vec<PathBuf>,
+    /// Where clusters may point vigil (`VIGIL_REGISTRATION_ALLOW`).
+    pub registration_allow: crate::address_rule::AddressRule,
     /// How a replaced plugin's new generation is judged.
     pub probation: ProbationPolicy,
     /// Where the Secrets of `secret://` references are read.
@@ -613,6 +628,7 @@ impl PluginArgs {
                 .cloned()
                 .map(crate::discovery::absolute)
                 .collect(),
+            registration_allow: self.access.registration_allow.clone().unwrap_or_default(),
             probation: ProbationPolicy {
                 probes: self.probation_probes,
                 max_inconclusive_ratio: self.probation_max_inconclusive,

@@ -1,6 +1,7 @@
 //! vigil, the cluster health engine: discovery, store, health worker and the
 //! command line around the pure decisions of [`vigil_decision`].
 
+pub mod address_rule;
 pub mod api;
 pub mod audit_cli;
 pub mod auditing;

@@ -287,6 +287,7 @@ fn plugin_check(args: &PluginCheckArgs) -> ExitCode {
             cache_dir: plugins.cache_dir.clone(),
             credential_dirs: credential_roots(&discovery_settings, &plugins.credential_dirs),
             management: plugins.management.clone(),
+            registration_allow: plugins.registration_allow.clone(),
         };
         let checked = match vigil::plugin_check::check(&args.file, &settings, dir).await {
             Ok(checked) => checked,

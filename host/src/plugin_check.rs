@@ -28,6 +28,8 @@ pub struct CheckSettings {
     pub credential_dirs: Vec<PathBuf>,
     /// Where the Secrets of `secret://` references are read.
     pub management: crate::secrets::ManagementCluster,
+    /// Where plugins may connect to clusters (`VIGIL_REGISTRATION_ALLOW`).
+    pub registration_allow: crate::address_rule::AddressRule,
 }
 
 /// Why a check could not be made, or its verdict that the file is refused.
@@ -142,6 +144,7 @@ pub async fn check(
         concurrency: 1,
         credential_dirs: settings.credential_dirs.clone(),
         secrets: Some(crate::secrets::connect(&settings.management).await),
+        registration_allow: settings.registration_allow.clone(),
     };
     let (runtime, mut report) = PluginRuntime::load(&runtime_settings).await?;
     if let Some(refused) = report.refused.pop() {
@@ -215,6 +218,7 @@ impl CheckedPlugin {
             "grants": summary.grants,
             "secret_namespaces": manifest.secret_namespaces,
             "allowed_hosts": manifest.allowed_hosts,
+            "credential_hosts": manifest.credential_hosts,
             "priority": manifest.priority,
             "memory_mib": manifest.memory_mib,
             "parameters": self
@@ -278,6 +282,12 @@ impl CheckedPlugin {
         let _ = writeln!(text, "grants:       {}", list(&summary.grants));
         let _ = writeln!(text, "secrets in:   {}", list(&manifest.secret_namespaces));
         let _ = writeln!(text, "extra hosts:  {}", list(&manifest.allowed_hosts));
+        let bindings: Vec<String> = manifest
+            .credential_hosts
+            .iter()
+            .map(|(credential, hosts)| format!("{credential} -> {}", hosts.join(", ")))
+            .collect();
+        let _ = writeln!(text, "cred. hosts:  {}", list(&bindings));
         let _ = writeln!(text, "priority:     {}", manifest.priority);
         let _ = writeln!(text, "memory:       {} MiB", manifest.memory_mib);
         let parameters: Vec<String> = self

@@ -53,6 +53,7 @@ use self::catalog::{Catalog, Generation, ProbationVerdict};
 use self::engine::SharedEngine;
 use self::outcome::CallEnd;
 use self::sandbox::{CallCluster, CallState, KnownKubeconfigs, is_credential_reference};
+use crate::address_rule::AddressRule;
 use crate::reference::Reference;
 use crate::secrets::SecretSource;
 use crate::tls::TlsClients;
@@ -67,7 +68,9 @@ pub use self::catalog::{CandidateFailure, FailureStage, PluginState, ProbationPo
 pub use self::egress::{MAX_REQUEST_BODY_BYTES, MAX_RESPONSE_BODY_BYTES};
 pub use self::engine::TICKER_LINGER;
 pub use self::event::PluginEvent;
-pub use self::manifest::{DEFAULT_MEMORY_MIB, MAX_MEMORY_MIB, Manifest};
+pub use self::manifest::{
+    DEFAULT_MEMORY_MIB, MAX_MEMORY_MIB, Manifest, OPERATOR_PARAMETER_PREFIX, is_operator_parameter,
+};
 pub use self::outcome::{MAX_DETAIL_BYTES, MAX_DETAILS, MAX_MESSAGE_BYTES};
 pub use self::sandbox::{
     CallRecord, LimitHit, MAX_CREDENTIAL_FILE_BYTES, MAX_GUEST_OUTPUT_BYTES,
@@ -120,6 +123,9 @@ pub struct RuntimeSettings {
     /// management cluster, `crate::secrets`); `None` answers every such read with how
     /// to configure one. Only namespaces a plugin's `secret-namespaces` grants are read.
     pub secrets: Option<Arc<dyn SecretSource>>,
+    /// Where clusters may point vigil (`VIGIL_REGISTRATION_ALLOW`): every connection to a
+    /// cluster address is checked against it, after name resolution.
+    pub registration_allow: AddressRule,
 }
 
 /// Why the runtime could not start at all (a single bad plugin never is one).
@@ -243,6 +249,8 @@ pub struct PluginSummary {
     pub secret_namespaces: Vec<String>,
     /// The hosts it may reach beyond the cluster's own (`allowed-hosts`).
     pub allowed_hosts: Vec<String>,
+    /// Where its credential parameters may be sent (`credential-hosts`).
+    pub credential_hosts: BTreeMap<String, Vec<String>>,
     /// The cap on its instance's memories and tables, in MiB (`memory-mib`).
     pub memory_mib: u32,
 }
@@ -488,6 +496,7 @@ struct Inner {
     credential_dirs: Arc<[PathBuf]>,
     kubeconfigs: Arc<KnownKubeconfigs>,
     secrets: Option<Arc<dyn SecretSource>>,
+    address_rule: Arc<AddressRule>,
     engine: SharedEngine,
 }
 
@@ -561,6 +570,7 @@ impl PluginRuntime {
                 credential_dirs,
                 kubeconfigs: Arc::default(),
                 secrets: settings.secrets.clone(),
+                address_rule: Arc::new(settings.registration_allow.clone()),
                 engine,
             }),
         };
@@ -1089,6 +1099,7 @@ struct PluginParts {
     credential_dirs: Arc<[PathBuf]>,
     kubeconfigs: Arc<KnownKubeconfigs>,
     secrets: Option<Arc<dyn SecretSource>>,
+    address_rule: Arc<AddressRule>,
 }
 
 fn plugin_parts(plugin: &LoadedPlugin, inner: &Inner) -> PluginParts {
@@ -1098,6 +1109,7 @@ fn plugin_parts(plugin: &LoadedPlugin, inner: &Inner) -> PluginParts {
         credential_dirs: Arc::clone(&inner.credential_dirs),
         kubeconfigs: Arc::clone(&inner.kubeconfigs),
         secrets: inner.secrets.clone(),
+        address_rule: Arc::clone(&inner.address_rule),
     }
 }
 
@@ -1141,13 +1153,15 @@ fn call_cluster(plugin: &LoadedPlugin, target: &ProbeTarget) -> CallCluster {
 }
 
 /// The plugin's parameters for `target`: the manifest's defaults, overridden by the
-/// cluster's own (DESIGN §4).
+/// cluster's own — except the operator's settings (`operator.*`), which only
+/// the manifest gives: a cluster's parameters are written by whoever registered it.
 fn parameters(plugin: &LoadedPlugin, target: &ProbeTarget) -> BTreeMap<String, String> {
     let mut merged = plugin.manifest.parameters.clone();
     merged.extend(
         target
             .parameters
             .iter()
+            .filter(|(name, _)| !is_operator_parameter(name))
             .map(|(name, value)| (name.clone(), value.clone())),
     );
     merged
@@ -1296,6 +1310,7 @@ impl Compiled {
             credential_dirs: Arc::from([]),
             kubeconfigs: Arc::default(),
             secrets: None,
+            address_rule: Arc::default(),
         }
     }
 
@@ -1325,6 +1340,7 @@ impl Compiled {
             grants: manifest.grants(),
             secret_namespaces: manifest.secret_namespaces.clone(),
             allowed_hosts: manifest.allowed_hosts.clone(),
+            credential_hosts: manifest.credential_hosts.clone(),
             memory_mib: manifest.memory_mib,
         };
         Ok(LoadedPlugin {

@@ -283,6 +283,7 @@ pub async fn load_plugins(
         // The management cluster's client, or why there is none: a broken setting makes
         // `secret://` clusters not probeable, never stops the engine.
         secrets: Some(secrets::connect(&plugins.management).await),
+        registration_allow: plugins.registration_allow.clone(),
     };
     let (runtime, report) = PluginRuntime::load(&settings).await?;
     runtime.set_probation(plugins.probation);
@@ -416,6 +417,10 @@ fn plugin_view(status: PluginStatus) -> PluginView {
             .as_ref()
             .map(|p| p.allowed_hosts.clone())
             .unwrap_or_default(),
+        credential_hosts: current
+            .as_ref()
+            .map(|p| p.credential_hosts.clone())
+            .unwrap_or_default(),
         grants: current.map(|p| p.grants).unwrap_or_default(),
         probes: status.stats.probes,
         faults: status.stats.faults,
@@ -531,6 +536,7 @@ async fn run<P: Prober>(
         access,
         credential_roots: credential_roots(&config.discovery, &config.plugins.credential_dirs)
             .into(),
+        registration_allow: Arc::new(config.plugins.registration_allow.clone()),
         defaults: config.defaults,
         readiness: Arc::clone(&readiness),
         metrics: Some(Arc::new(metrics)),

@@ -51,6 +51,7 @@ impl PluginCatalog for Catalog {
             grants: vec!["credentials".to_owned(), "http".to_owned()],
             secret_namespaces: vec!["vigil".to_owned()],
             allowed_hosts: Vec::new(),
+            credential_hosts: Default::default(),
             memory_mib: 64,
             probes: 3,
             faults: 1,
@@ -108,6 +109,7 @@ async fn api_with(read_auth: bool) -> Api {
         metrics: Some(Arc::new(metrics)),
         wake: worker.handle(),
         views: Arc::default(),
+        registration_allow: Default::default(),
     };
     Api {
         router: app(state),

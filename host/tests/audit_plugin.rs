@@ -51,6 +51,7 @@ async fn load(plugins: &Path) -> PluginRuntime {
         concurrency: 4,
         credential_dirs: Vec::new(),
         secrets: None,
+        registration_allow: Default::default(),
     })
     .await
     .expect("the runtime starts");
@@ -507,6 +508,7 @@ async fn a_plugin_over_its_memory_cap_is_a_fault_not_a_crash() {
         concurrency: 2,
         credential_dirs: Vec::new(),
         secrets: None,
+        registration_allow: Default::default(),
     })
     .await
     .expect("the runtime starts");

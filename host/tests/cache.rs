@@ -61,6 +61,7 @@ async fn load(plugins: &Path, cache: Option<&Path>) -> (PluginRuntime, CacheStat
         concurrency: 2,
         credential_dirs: Vec::new(),
         secrets: None,
+        registration_allow: Default::default(),
     })
     .await
     .expect("the runtime starts");

@@ -31,6 +31,38 @@ mod support;
 const TOKEN: &str = "ops-token-0123456789";
 /// The credential the header reference points at; it must never come back.
 const SECRET: &str = "Bearer s3cr3t-value-7f1c9a";
+/// What the server at `/leak` serves: an internal page's secret, which a caller who can
+/// register clusters must not be able to read through vigil.
+const LEAKED: &str = "internal-p4ge-s3cret-5d0e";
+
+/// Everything vigil logs in this test binary, at every level.
+fn captured_log() -> Arc<Mutex<Vec<u8>>> {
+    static LOG: std::sync::OnceLock<Arc<Mutex<Vec<u8>>>> = std::sync::OnceLock::new();
+    Arc::clone(LOG.get_or_init(|| {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&log);
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_ansi(false)
+            .with_writer(move || LogWriter(Arc::clone(&sink)))
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("one subscriber");
+        log
+    }))
+}
+
+struct LogWriter(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogWriter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
 
 /// The workspace root.
 fn root() -> PathBuf {
@@ -40,8 +72,9 @@ fn root() -> PathBuf {
         .to_path_buf()
 }
 
-/// A plugin directory holding the installed `http.wasm` and `http.toml`.
-fn plugin_dir(dir: &Path) -> PathBuf {
+/// A plugin directory holding the installed `http.wasm` and `http.toml`, with `operator`
+/// (the operator's own lines) appended to the grants.
+fn plugin_dir(dir: &Path, operator: &str) -> PathBuf {
     let plugins = dir.join("plugins.d");
     std::fs::create_dir_all(&plugins).expect("create the plugin dir");
     for file in ["http.wasm", "http.toml"] {
@@ -53,16 +86,37 @@ fn plugin_dir(dir: &Path) -> PathBuf {
         );
         std::fs::copy(&built, plugins.join(file)).expect("copy the plugin");
     }
+    let mut grants = std::fs::read_to_string(plugins.join("http.toml")).expect("read");
+    grants.push('\n');
+    grants.push_str(operator);
+    std::fs::write(plugins.join("http.toml"), grants).expect("write");
     plugins
 }
 
+/// The operator's lines that quote answers and let every credential of `credential_dirs`
+/// go to 127.0.0.1, where the test servers are.
+fn quoting_and_bound(credential_dirs: &[PathBuf]) -> String {
+    let mut lines =
+        "[parameters]\n\"operator.quote-response\" = \"true\"\n[credential-hosts]\n".to_owned();
+    for dir in credential_dirs {
+        lines.push_str(&format!("\"{}\" = [\"127.0.0.1\"]\n", dir.display()));
+    }
+    lines
+}
+
 async fn runtime(dir: &Path, credential_dirs: Vec<PathBuf>) -> PluginRuntime {
+    let operator = quoting_and_bound(&credential_dirs);
+    runtime_with(dir, credential_dirs, &operator).await
+}
+
+async fn runtime_with(dir: &Path, credential_dirs: Vec<PathBuf>, operator: &str) -> PluginRuntime {
     let (runtime, report) = PluginRuntime::load(&RuntimeSettings {
-        plugin_dir: plugin_dir(dir),
+        plugin_dir: plugin_dir(dir, operator),
         cache_dir: None,
         concurrency: 4,
         credential_dirs,
         secrets: None,
+        registration_allow: Default::default(),
     })
     .await
     .expect("the runtime starts");
@@ -96,6 +150,7 @@ impl Seen {
 struct TestServer {
     addr: SocketAddr,
     seen: Arc<Mutex<Vec<Seen>>>,
+    connections: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl TestServer {
@@ -104,11 +159,14 @@ impl TestServer {
         let addr = listener.local_addr().expect("address");
         let seen = Arc::new(Mutex::new(Vec::new()));
         let log = Arc::clone(&seen);
+        let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let accepted = Arc::clone(&connections);
         tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     return;
                 };
+                accepted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 let log = Arc::clone(&log);
                 let tls = tls.clone();
                 tokio::spawn(async move {
@@ -123,7 +181,15 @@ impl TestServer {
                 });
             }
         });
-        Self { addr, seen }
+        Self {
+            addr,
+            seen,
+            connections,
+        }
+    }
+
+    fn connections(&self) -> usize {
+        self.connections.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     fn url(&self, scheme: &str, path: &str) -> String {
@@ -182,6 +248,10 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, log: Arc<Mutex<
         "/down" => (503, "maintenance".to_owned()),
         "/teapot" => (418, "short and stout".to_owned()),
         "/login" => (401, "who are you".to_owned()),
+        "/leak" => (
+            503,
+            format!(r#"{{"status":"DOWN","token":"{LEAKED}","note":"{LEAKED}"}}"#),
+        ),
         "/slow" => {
             tokio::time::sleep(Duration::from_millis(300)).await;
             (200, "late but fine".to_owned())
@@ -553,6 +623,7 @@ async fn a_credential_header_reference_is_sent_and_never_returned() {
         metrics: None,
         wake: worker.handle(),
         views: Arc::default(),
+        registration_allow: Default::default(),
     };
     let router = app(state);
     let token_ref = format!("file://{}", token_file.display());
@@ -644,4 +715,208 @@ async fn a_credential_header_reference_is_sent_and_never_returned() {
         stored.parameters["header.Authorization"], token_ref,
         "stored as the reference"
     );
+}
+
+/// The REST API over a fresh store in `dir`, probing through `runtime`.
+async fn api_over(
+    dir: &Path,
+    runtime: PluginRuntime,
+    credential_roots: Vec<PathBuf>,
+) -> axum::Router {
+    let store = Store::open_path(&dir.join("vigil.db"))
+        .await
+        .expect("store");
+    let settings = support::settings(60, 2);
+    let worker = Worker::new(store.clone(), runtime, settings);
+    app(ApiState {
+        store,
+        prober: Arc::new(worker.on_demand()),
+        plugins: Arc::new(NoCatalog),
+        access: Access::new(Some(TOKEN), None, false).expect("access"),
+        credential_roots: credential_roots.into(),
+        defaults: settings.defaults,
+        readiness: Arc::new(Readiness::default()),
+        metrics: None,
+        wake: worker.handle(),
+        views: Arc::default(),
+        registration_allow: Default::default(),
+    })
+}
+
+/// Registers `web` on `url` with `parameters`, probes it twice (past the failure
+/// threshold), and returns every answer the API gives about it, the history included.
+async fn register_probe_and_read(
+    router: &axum::Router,
+    url: &str,
+    parameters: Value,
+) -> Vec<String> {
+    let (status, text) = call(
+        router,
+        Method::POST,
+        "/api/v1/clusters",
+        Some(json!({
+            "name": "web",
+            "endpoint": url,
+            "kubeconfig_secret_ref": url,
+            "parameters": parameters,
+        })),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{text}");
+    let mut texts = vec![text];
+    for _ in 0..2 {
+        let (status, text) = call(router, Method::POST, "/api/v1/clusters/web/probe", None).await;
+        assert_eq!(status, StatusCode::OK, "{text}");
+        texts.push(text);
+    }
+    for uri in [
+        "/api/v1/clusters/web",
+        "/api/v1/clusters",
+        "/api/v1/clusters/web/history",
+    ] {
+        let (status, text) = call(router, Method::GET, uri, None).await;
+        assert_eq!(status, StatusCode::OK, "{uri}: {text}");
+        texts.push(text);
+    }
+    texts
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_answer_is_quoted_only_when_the_operator_opts_in() {
+    let log = captured_log();
+    let server = TestServer::start(None).await;
+    let url = server.url("http", "/leak");
+    let conditions = json!({
+        "body-contains": "UP",
+        "json-pointer": "/token",
+        "json-equals": "x",
+    });
+
+    // Without the opt-in: the status and the conditions that failed, never what the body
+    // holds, in the API's answers, the history or the log.
+    let closed = tempfile::tempdir().expect("tempdir");
+    let runtime = runtime_with(closed.path(), Vec::new(), "").await;
+    let router = api_over(closed.path(), runtime, Vec::new()).await;
+    // A caller cannot turn the opt-in on for its own cluster.
+    let (status, text) = call(
+        &router,
+        Method::POST,
+        "/api/v1/clusters",
+        Some(json!({
+            "name": "sneaky",
+            "endpoint": url,
+            "kubeconfig_secret_ref": url,
+            "parameters": { "operator.quote-response": "true" },
+        })),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{text}");
+    let texts = register_probe_and_read(&router, &url, conditions.clone()).await;
+    let probed: Value = serde_json::from_str(&texts[1]).expect("json");
+    assert_eq!(probed["outcome"], "unhealthy", "{}", texts[1]);
+    let message = probed["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("status 503, expected 2xx")
+            && message.contains("the body does not contain \"UP\"")
+            && message.contains("JSON /token = \"x\", saw another value"),
+        "{message}"
+    );
+    let logged = String::from_utf8_lossy(&log.lock().unwrap()).into_owned();
+    for text in texts.iter().chain([&logged]) {
+        assert!(!text.contains(LEAKED), "{LEAKED} in {text}");
+        assert!(!text.contains("DOWN"), "the body quoted in {text}");
+    }
+
+    // With the operator's opt-in in `http.toml`, the same answer is quoted.
+    let open = tempfile::tempdir().expect("tempdir");
+    let runtime = runtime_with(
+        open.path(),
+        Vec::new(),
+        "[parameters]\n\"operator.quote-response\" = \"true\"\n",
+    )
+    .await;
+    let router = api_over(open.path(), runtime, Vec::new()).await;
+    let texts = register_probe_and_read(&router, &url, conditions).await;
+    let probed: Value = serde_json::from_str(&texts[1]).expect("json");
+    let message = probed["message"].as_str().unwrap_or_default();
+    assert!(message.contains(LEAKED), "{message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_credential_parameter_goes_only_where_the_operator_bound_it() {
+    let temp = tempfile::tempdir().expect("tempdir");
+    let credentials = temp.path().join("credentials");
+    std::fs::create_dir_all(&credentials).expect("mkdir");
+    let token_file = credentials.join("web-token");
+    std::fs::write(&token_file, format!("{SECRET}\n")).expect("write");
+    let token_ref = format!("file://{}", token_file.display());
+    let bound = TestServer::start(None).await;
+    let unbound = TestServer::start(None).await;
+    let operator = format!(
+        "[credential-hosts]\n\"{}\" = [\"127.0.0.1:{}\"]\n",
+        token_file.display(),
+        bound.addr.port()
+    );
+    let runtime = runtime_with(temp.path(), vec![credentials.clone()], &operator).await;
+    let probe = |url: String, extra: &[(&str, &str)]| {
+        let mut parameters = vec![("header.Authorization", token_ref.as_str())];
+        parameters.extend_from_slice(extra);
+        let target = target(&url, &parameters);
+        let runtime = runtime.clone();
+        async move { runtime.probe(&target).await }
+    };
+    let refused = |outcome: &ProbeOutcome, needle: &str| match outcome {
+        ProbeOutcome::NotProbeable {
+            class: ReasonClass::ReferenceBroken,
+            message,
+        } => assert!(
+            message.contains("parameter header.Authorization is not bound to")
+                && message.contains(needle)
+                && !message.contains("s3cr3t"),
+            "{message}"
+        ),
+        other => panic!("expected not-probeable(reference-broken), got {other:?}"),
+    };
+
+    // The bound host gets the credential.
+    assert_eq!(
+        probe(bound.url("http", "/secure"), &[]).await,
+        ProbeOutcome::Healthy
+    );
+    assert_eq!(bound.seen().len(), 1);
+    assert_eq!(bound.seen()[0].header("authorization"), Some(SECRET));
+
+    // A host the caller names, which the binding does not cover, is not even connected to.
+    let outcome = probe(unbound.url("http", "/secure"), &[]).await;
+    refused(&outcome, &format!("127.0.0.1:{}", unbound.addr.port()));
+    assert_eq!(unbound.connections(), 0, "{outcome:?}");
+
+    // A `Host` header the binding does not cover falls under it too.
+    let outcome = probe(
+        bound.url("http", "/secure"),
+        &[("header.Host", "evil.example")],
+    )
+    .await;
+    refused(&outcome, "Host evil.example");
+    assert_eq!(bound.connections(), 1, "{outcome:?}");
+
+    // A request that carries no credential is not bound: the unbound host answers it.
+    let plain = runtime
+        .probe(&target(&unbound.url("http", "/ok"), &[]))
+        .await;
+    assert_eq!(plain, ProbeOutcome::Healthy);
+    assert_eq!(unbound.seen().len(), 1);
+    assert_eq!(unbound.seen()[0].header("authorization"), None);
+
+    // Without a binding, a credential goes nowhere.
+    let nowhere = tempfile::tempdir().expect("tempdir");
+    let unbound_runtime = runtime_with(nowhere.path(), vec![credentials.clone()], "").await;
+    let outcome = unbound_runtime
+        .probe(&target(
+            &bound.url("http", "/secure"),
+            &[("header.Authorization", token_ref.as_str())],
+        ))
+        .await;
+    refused(&outcome, &format!("127.0.0.1:{}", bound.addr.port()));
+    assert_eq!(bound.connections(), 1);
 }

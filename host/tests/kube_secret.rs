@@ -150,6 +150,7 @@ async fn load(
         concurrency: 4,
         credential_dirs,
         secrets,
+        registration_allow: Default::default(),
     })
     .await
     .expect("the runtime starts");
@@ -529,12 +530,15 @@ async fn secret_parameters_are_resolved_under_the_same_namespace_grant() {
         .iter()
         .find(|w| w.cluster == cluster.name())
         .expect("the cluster's kubeconfig");
+    // The Secrets of `vigil` may be sent to the cluster's server only.
+    let grants = format!(
+        "log = true\ncredentials = true\nhttp = true\nsecret-namespaces = [\"vigil\"]\n\
+         [credential-hosts]\n\"secret://vigil\" = [\"{}\"]\n",
+        cluster.server_url().trim_start_matches("https://")
+    );
     let dir = plugin_dir(
         &temp.path().join("plugins.d"),
-        &[(
-            "wasi-http",
-            "log = true\ncredentials = true\nhttp = true\nsecret-namespaces = [\"vigil\"]\n",
-        )],
+        &[("wasi-http", grants.as_str())],
     );
     let runtime = load(&dir, Some(source), Vec::new()).await;
     let probe = |token: &str| {

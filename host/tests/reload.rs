@@ -49,6 +49,7 @@ async fn load_cached(dir: &Path, cache_dir: Option<&Path>) -> PluginRuntime {
         concurrency: 4,
         credential_dirs: Vec::new(),
         secrets: None,
+        registration_allow: Default::default(),
     })
     .await
     .expect("the runtime starts");

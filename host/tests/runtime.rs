@@ -81,6 +81,7 @@ async fn load_with(
         concurrency: 4,
         credential_dirs,
         secrets: None,
+        registration_allow: Default::default(),
     })
     .await
     .expect("the runtime starts")
@@ -619,9 +620,14 @@ async fn wasi_http_requests_meet_the_same_egress_policy_next_to_a_healthy_contro
     let foreign = PlainServer::start().await;
     let extra = PlainServer::start().await;
     // The manifest's defaults: the URLs, and a mode the cluster's own parameter overrides.
+    // The token file may go to the cluster's server only (`credential-hosts`).
     let manifest = format!(
-        "{ALL_GRANTS}allowed-hosts = [\"127.0.0.1:{}\"]\n[parameters]\nmode = \"extra-only\"\nforeign-url = \"{}\"\nextra-url = \"{}\"\n",
-        extra.port, foreign.url, extra.url
+        "{ALL_GRANTS}allowed-hosts = [\"127.0.0.1:{}\"]\n[parameters]\nmode = \"extra-only\"\nforeign-url = \"{}\"\nextra-url = \"{}\"\n[credential-hosts]\n\"{}\" = [\"{}\"]\n",
+        extra.port,
+        foreign.url,
+        extra.url,
+        credentials.display(),
+        endpoint.trim_start_matches("https://")
     );
     let dir = plugin_dir(
         temp.path(),

@@ -21,7 +21,9 @@ use super::views::{
     AuditView, ClusterPage, ClusterView, EventPage, PolicyBody, ProbedByView, RenderedPage,
 };
 use super::{ApiState, PageQuery, ProbeNowError, location, newest_first_page, page_size};
+use crate::address_rule::SETTING;
 use crate::reference::{Reference, lies_under};
+use crate::runtime::{OPERATOR_PARAMETER_PREFIX, is_operator_parameter};
 use crate::store::{ClusterFilter, ClusterPatch, ClusterSource, NewCluster, PageEntry};
 use crate::worker::{Probed, wall_clock};
 
@@ -87,10 +89,46 @@ fn check_endpoint(endpoint: &str) -> Result<(), Problem> {
     }
 }
 
-/// A file reference or a `file:///` parameter must lie under the credential roots.
+/// The host of an `http(s)://` URL (`what` names it in the detail) must lie inside
+/// `VIGIL_REGISTRATION_ALLOW`: a caller must not point vigil at a metadata service or
+/// any address the operator keeps out of reach. Nothing is resolved or dialled here; the
+/// egress checks the addresses a name resolves to when it connects.
+fn check_destination(state: &ApiState, field: &str, what: &str, url: &str) -> Result<(), Problem> {
+    let Some(host) = url
+        .parse::<axum::http::Uri>()
+        .ok()
+        .and_then(|uri| uri.host().map(str::to_owned))
+    else {
+        return Ok(());
+    };
+    state
+        .registration_allow
+        .check_host(&host)
+        .map_err(|outside| {
+            Problem::new(
+                ProblemKind::ReferenceNotAllowed,
+                format!(
+                    "{what}: {outside}; the operator's {SETTING} bounds where clusters may point"
+                ),
+            )
+            .field(field)
+        })
+}
+
+/// Whether a parameter's value is an `http(s)://` URL (the scheme in any case).
+fn is_http_url(value: &str) -> bool {
+    let lower = value.get(..8).unwrap_or(value).to_ascii_lowercase();
+    lower.starts_with("http://") || lower.starts_with("https://")
+}
+
+/// A file reference or a `file:///` parameter must lie under the credential roots; an
+/// `http(s)://` reference inside `VIGIL_REGISTRATION_ALLOW`.
 fn check_reference(state: &ApiState, field: &str, text: &str) -> Result<(), Problem> {
     let reference = Reference::parse(text)
         .map_err(|e| Problem::invalid(field, format!("invalid reference: {e}")))?;
+    if let Reference::Http { url } = &reference {
+        check_destination(state, field, "the reference's host", url)?;
+    }
     if let Reference::File { path, .. } = &reference
         && !lies_under(Path::new(path), &state.credential_roots)
     {
@@ -114,6 +152,17 @@ fn check_parameters(
                 field,
                 "parameter names must have 1 to 253 characters",
             ));
+        }
+        if is_operator_parameter(name) {
+            return Err(Problem::invalid(
+                field,
+                format!(
+                    "parameters named {OPERATOR_PARAMETER_PREFIX}* are the operator's settings, given only in the plugin's NAME.toml"
+                ),
+            ));
+        }
+        if is_http_url(value) {
+            check_destination(state, &field, "the parameter's host", value)?;
         }
         if let Some(path) = value.strip_prefix("file://") {
             if !path.starts_with('/') || !lies_under(Path::new(path), &state.credential_roots) {
@@ -314,15 +363,19 @@ struct RegisterCluster {
         pattern = r"^[^/\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+$"
     )]
     name: String,
-    /// The API server address, e.g. `https://10.0.0.1:6443`.
+    /// The API server address, e.g. `https://10.0.0.1:6443`; its host must lie inside
+    /// the operator's `VIGIL_REGISTRATION_ALLOW`.
     endpoint: String,
     /// The reference to its credentials: `/ABS/PATH#CONTEXT` (under the allowed
-    /// directories), `secret://NAMESPACE/NAME?key=KEY&context=CONTEXT` or `https://…`.
+    /// directories), `secret://NAMESPACE/NAME?key=KEY&context=CONTEXT` or `https://…`
+    /// (its host inside `VIGIL_REGISTRATION_ALLOW`).
     kubeconfig_secret_ref: String,
     /// The plugin to probe it with; default: routing by priority.
     #[serde(default)]
     plugin: Option<String>,
-    /// Plugin parameters; credential values as `secret://…?key=…` or `file:///…` references.
+    /// Plugin parameters; credential values as `secret://…?key=…` or `file:///…` references,
+    /// `http(s)://` values inside `VIGIL_REGISTRATION_ALLOW`; no `operator.*` names (the
+    /// operator's settings, in the plugin's `NAME.toml`).
     #[serde(default)]
     parameters: BTreeMap<String, String>,
     /// Labels.
@@ -350,6 +403,12 @@ async fn register_cluster(
 ) -> Result<Response, Problem> {
     check_name("body.name", &body.name)?;
     check_endpoint(&body.endpoint)?;
+    check_destination(
+        &state,
+        "body.endpoint",
+        "the endpoint's host",
+        &body.endpoint,
+    )?;
     check_reference(
         &state,
         "body.kubeconfig_secret_ref",

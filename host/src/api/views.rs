@@ -462,6 +462,9 @@ pub struct PluginView {
     /// The hosts it may reach beyond each cluster's own (`allowed-hosts`); a request to one
     /// never counts as talking to the cluster.
     pub allowed_hosts: Vec<String>,
+    /// Where its credential parameters may be sent (`credential-hosts`): for a credential
+    /// file, directory, Secret or namespace, the hosts its value may go to.
+    pub credential_hosts: BTreeMap<String, Vec<String>>,
     /// The cap on its instance's memories and tables, in MiB (`memory-mib`); 0 when no
     /// generation is loaded.
     pub memory_mib: u32,

@@ -9,6 +9,17 @@
 //! connection by the same client, and recorded the same way: a request to the cluster
 //! counts as having talked to it, a cluster request that times out or answers 401/403 is
 //! remembered for the outcome mapping.
+//!
+//! Two operator rules bound where a caller who registers clusters can make vigil go.
+//! Every address a cluster request is about to connect to, after name resolution, must be
+//! inside `VIGIL_REGISTRATION_ALLOW` ([`AddressRule`]). And a credential served in the
+//! call — a credential parameter, or the kubeconfig's token, client key or a file of its
+//! context — goes only to the hosts it is bound to: a parameter's to those its plugin's
+//! `credential-hosts` names, a kubeconfig's to its own server. A request carrying one
+//! (in a header, the URL, the body, or as the TLS client identity) is refused before any
+//! connection unless the host it dials, its `Host` header and its TLS server name are all
+//! bound. Neither refusal is the cluster's fault: the call records it as reference
+//! material that cannot be used, so the cluster is `not-probeable`, never failed.
 
 use std::io::ErrorKind;
 use std::net::{IpAddr, SocketAddr};
@@ -31,7 +42,9 @@ use tracing::{debug, warn};
 use wasmtime_wasi_http::{RequestOptions, WasiBody, WasiHttpHooks};
 
 use super::bindings::vigil::plugin::http;
+use super::manifest::{CredentialSource, Manifest};
 use super::sandbox::{CallCluster, CallRecord, CallState, MAX_CREDENTIAL_FILE_BYTES};
+use crate::address_rule::{self, AddressRule};
 use crate::reference::{ConnectionMaterial, Material, Reference};
 use crate::tls::{self, TlsClients, TlsError, Trust};
 
@@ -57,9 +70,163 @@ struct Destination {
 }
 
 impl Destination {
+    /// Reads `host` or `host:port` (an IPv6 address in brackets or not).
+    fn parse(entry: &str) -> Self {
+        let entry = entry.trim();
+        let (host, port) = match entry.rsplit_once(':') {
+            Some((host, port)) if !host.ends_with(':') => match port.parse() {
+                Ok(port) => (host, Some(port)),
+                Err(_) => (entry, None),
+            },
+            _ => (entry, None),
+        };
+        Self {
+            host: host.trim_matches(['[', ']']).to_ascii_lowercase(),
+            port,
+        }
+    }
+
     fn matches(&self, host: &str, port: u16) -> bool {
         self.host.eq_ignore_ascii_case(host) && self.port.is_none_or(|p| p == port)
     }
+}
+
+/// Credentials shorter than this are recognised in a request only as a whole header value
+/// or a whole word of one, so that a short value does not match every text it happens to
+/// occur in.
+const MIN_MATCHED_CREDENTIAL: usize = 8;
+
+/// A credential served in this call, and the hosts it may be sent to.
+#[derive(Clone)]
+struct Held {
+    /// What it is, for messages: `parameter header.Authorization`, `a credential of the
+    /// kubeconfig`.
+    what: String,
+    /// The value, without surrounding white space (a token file's final newline).
+    value: Arc<[u8]>,
+    /// Where it may go; empty: nowhere.
+    bound: Vec<Destination>,
+}
+
+impl std::fmt::Debug for Held {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Held")
+            .field("what", &self.what)
+            .field("bound", &self.bound)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Held {
+    /// Whether one of `texts` (header values, the request target, the body) carries the
+    /// value.
+    fn carried_by(&self, texts: &[&[u8]]) -> bool {
+        let value = &*self.value;
+        texts.iter().any(|text| {
+            if value.len() >= MIN_MATCHED_CREDENTIAL {
+                text.windows(value.len()).any(|w| w == value)
+            } else {
+                *text == value
+                    || text
+                        .split(u8::is_ascii_whitespace)
+                        .any(|word| word == value)
+            }
+        })
+    }
+
+    /// Whether the value may be sent to `host:port`.
+    fn allows(&self, host: &str, port: u16) -> bool {
+        self.bound.iter().any(|d| d.matches(host, port))
+    }
+
+    /// Whether a request bound to it may show its server the name `name` (its `Host`
+    /// header, its TLS server name).
+    fn allows_name(&self, name: &str) -> bool {
+        self.bound.iter().any(|d| d.host.eq_ignore_ascii_case(name))
+    }
+}
+
+/// What a request shows of itself, for the credential bindings.
+struct Shown<'a> {
+    host: &'a str,
+    port: u16,
+    headers: &'a HeaderMap,
+    target: &'a str,
+    body: &'a [u8],
+    /// The TLS server name, for `https`.
+    server_name: Option<&'a str>,
+    /// The TLS client certificate and key, for the contract's `http`.
+    identity: [Option<&'a [u8]>; 2],
+}
+
+/// Why a request carrying a credential may not go where it goes; `None` when it carries
+/// none, or every one it carries is bound to the host it dials, its `Host` header and its
+/// TLS server name.
+fn binding_refusal(held: &[Held], shown: &Shown<'_>) -> Option<String> {
+    if held.is_empty() {
+        return None;
+    }
+    let mut texts: Vec<&[u8]> = shown.headers.values().map(HeaderValue::as_bytes).collect();
+    texts.push(shown.target.as_bytes());
+    texts.push(shown.body);
+    texts.extend(shown.identity.iter().flatten().copied());
+    let host_header = shown
+        .headers
+        .get(hyper::header::HOST)
+        .and_then(|value| value.to_str().ok())
+        .map(|value| {
+            let named = Destination::parse(value);
+            named.host
+        });
+    for credential in held.iter().filter(|h| h.carried_by(&texts)) {
+        let refused = if !credential.allows(shown.host, shown.port) {
+            Some(format!("{}:{}", shown.host, shown.port))
+        } else if let Some(name) = host_header
+            .as_deref()
+            .filter(|n| !credential.allows_name(n))
+        {
+            Some(format!("Host {name}"))
+        } else {
+            shown
+                .server_name
+                .filter(|n| !credential.allows_name(n))
+                .map(|name| format!("TLS server name {name}"))
+        };
+        if let Some(refused) = refused {
+            return Some(format!(
+                "{} is not bound to {refused}: vigil sends a credential parameter only to the hosts \
+                 credential-hosts in the plugin's NAME.toml binds it to, and a kubeconfig's credentials \
+                 only to its server",
+                credential.what
+            ));
+        }
+    }
+    None
+}
+
+/// Where a kubeconfig's credentials may go: its server, and the name its certificate is
+/// checked against.
+fn material_binding(material: &ConnectionMaterial) -> Vec<Destination> {
+    let mut bound = Vec::new();
+    if let Some((host, port)) = material
+        .server
+        .parse::<Uri>()
+        .ok()
+        .as_ref()
+        .and_then(host_port)
+    {
+        bound.push(Destination {
+            host,
+            port: Some(port),
+        });
+    }
+    if let Some(name) = &material.tls_server_name {
+        bound.push(Destination {
+            host: name.to_ascii_lowercase(),
+            port: None,
+        });
+    }
+    bound
 }
 
 /// Where one call's requests may go. Cluster destinations (the recorded endpoint, the
@@ -82,18 +249,7 @@ impl EgressPolicy {
     pub(crate) fn new(allowed_hosts: &[String], cluster: Option<&CallCluster>) -> Self {
         let mut policy = Self::default();
         for entry in allowed_hosts {
-            let entry = entry.trim();
-            let (host, port) = match entry.rsplit_once(':') {
-                Some((host, port)) if !host.ends_with(':') => match port.parse() {
-                    Ok(port) => (host, Some(port)),
-                    Err(_) => (entry, None),
-                },
-                _ => (entry, None),
-            };
-            policy.extra.push(Destination {
-                host: host.trim_matches(['[', ']']).to_ascii_lowercase(),
-                port,
-            });
+            policy.extra.push(Destination::parse(entry));
         }
         if let Some(cluster) = cluster {
             policy.add_cluster_url(&cluster.endpoint);
@@ -290,6 +446,10 @@ pub(crate) struct Egress {
     served_material: Vec<ConnectionMaterial>,
     /// …and the sha256 of each file served through `credentials.read-file`.
     served_files: Vec<[u8; 32]>,
+    /// Where a cluster request may connect (`VIGIL_REGISTRATION_ALLOW`).
+    rule: Arc<AddressRule>,
+    /// The credentials served in this call, each with the hosts it may go to.
+    held: Vec<Held>,
 }
 
 impl std::fmt::Debug for Egress {
@@ -346,11 +506,11 @@ impl Egress {
         cluster: Option<&CallCluster>,
         clients: TlsClients,
         deadline: Instant,
+        rule: Arc<AddressRule>,
     ) -> Self {
-        let cluster_tls = cluster
-            .and_then(|c| c.material.as_deref())
-            .and_then(ClusterTls::of);
-        Self {
+        let material = cluster.and_then(|c| c.material.as_deref());
+        let cluster_tls = material.and_then(ClusterTls::of);
+        let mut egress = Self {
             plugin,
             granted,
             policy,
@@ -359,18 +519,73 @@ impl Egress {
             clients,
             deadline,
             cluster_tls,
-            served_material: cluster
-                .and_then(|c| c.material.as_deref())
-                .cloned()
-                .into_iter()
-                .collect(),
+            served_material: material.cloned().into_iter().collect(),
             served_files: Vec::new(),
+            rule,
+            held: Vec::new(),
+        };
+        if let Some(material) = material {
+            egress.hold_material(material);
+        }
+        egress
+    }
+
+    /// A file's bytes served to the plugin (`credentials.read-file`): a file of the
+    /// kubeconfig's context, whose credentials go to its server only.
+    pub(crate) fn note_served(&mut self, bytes: &[u8]) {
+        self.served_files.push(Sha256::digest(bytes).into());
+        let bound = self
+            .served_material
+            .first()
+            .map(material_binding)
+            .unwrap_or_default();
+        self.hold("a credential of the kubeconfig".to_owned(), bytes, bound);
+    }
+
+    /// A credential parameter's value served to the plugin (`credentials.parameter`),
+    /// bound to the hosts the plugin's `credential-hosts` names for its source.
+    pub(crate) fn hold_parameter(
+        &mut self,
+        parameter: &str,
+        source: CredentialSource<'_>,
+        bytes: &[u8],
+        manifest: &Manifest,
+    ) {
+        let bound = manifest
+            .credential_hosts_for(source)
+            .into_iter()
+            .map(Destination::parse)
+            .collect();
+        self.hold(format!("parameter {parameter}"), bytes, bound);
+    }
+
+    /// The token and client key of a kubeconfig context given inline, bound to its server.
+    fn hold_material(&mut self, material: &ConnectionMaterial) {
+        let bound = material_binding(material);
+        for held in [&material.token, &material.client_key]
+            .into_iter()
+            .flatten()
+        {
+            if let Material::Inline(bytes) = held {
+                self.hold(
+                    "a credential of the kubeconfig".to_owned(),
+                    bytes.expose_secret(),
+                    bound.clone(),
+                );
+            }
         }
     }
 
-    /// A file's bytes served to the plugin (`credentials.read-file`).
-    pub(crate) fn note_served(&mut self, bytes: &[u8]) {
-        self.served_files.push(Sha256::digest(bytes).into());
+    fn hold(&mut self, what: String, bytes: &[u8], bound: Vec<Destination>) {
+        let value = bytes.trim_ascii();
+        if value.is_empty() {
+            return;
+        }
+        self.held.push(Held {
+            what,
+            value: Arc::from(value),
+            bound,
+        });
     }
 
     /// Whether `bytes` are connection material the host served in this call.
@@ -400,7 +615,25 @@ impl Egress {
         if self.cluster_tls.is_none() {
             self.cluster_tls = ClusterTls::of(material);
         }
+        self.hold_material(material);
         self.served_material.push(material.clone());
+    }
+
+    /// Refuses a request that carries a credential where it is not bound (see
+    /// [`binding_refusal`]): recorded as reference material that cannot be used, and
+    /// logged naming the plugin and the credential, never its value.
+    fn check_bindings(&mut self, shown: &Shown<'_>) -> Result<(), String> {
+        let Some(refusal) = binding_refusal(&self.held, shown) else {
+            return Ok(());
+        };
+        warn!(plugin = %self.plugin, host = %shown.host, port = shown.port, "request refused: {refusal}");
+        self.record
+            .denied
+            .push(format!("{}:{}", shown.host, shown.port));
+        self.record
+            .reference_broken
+            .get_or_insert_with(|| refusal.clone());
+        Err(refusal)
     }
 
     /// What the host saw of this call's requests, those still settling included.
@@ -535,12 +768,33 @@ impl http::Host for CallState {
                 .map_err(|_| E::Protocol(format!("invalid value of header {name}")))?;
             headers.append(name, value);
         }
+        let target = origin_form(&uri);
+        let body = Bytes::from(request.body.unwrap_or_default());
+        let options = request.tls.as_ref();
+        let shown = Shown {
+            host: &admitted.host,
+            port: admitted.port,
+            headers: &headers,
+            target: &target,
+            body: &body,
+            server_name: tls.as_ref().map(|_| {
+                options
+                    .and_then(|t| t.server_name.as_deref())
+                    .unwrap_or(&admitted.host)
+            }),
+            identity: [
+                options.and_then(|t| t.client_certificate_pem.as_deref()),
+                options.and_then(|t| t.client_key_pem.as_deref()),
+            ],
+        };
+        egress.check_bindings(&shown).map_err(E::Denied)?;
         let outgoing = Outgoing {
             method,
-            target: origin_form(&uri),
+            target,
             authority: authority(&uri, &admitted),
             headers,
-            body: Bytes::from(request.body.unwrap_or_default()),
+            body,
+            rule: cluster.then(|| Arc::clone(&egress.rule)),
             host: admitted.host,
             port: admitted.port,
             tls,
@@ -557,6 +811,7 @@ impl http::Host for CallState {
                 let mut learned = progress.ended();
                 error.teach(&mut learned);
                 let error = match error {
+                    WireError::Outside(message) => E::Denied(message),
                     WireError::Refused(message) | WireError::Local(message) => E::Refused(message),
                     WireError::TimedOut => E::Timeout,
                     WireError::Dns(message) => E::Dns(message),
@@ -637,11 +892,14 @@ impl WasiHttpHooks for Egress {
         let bound = guest.map_or(budget, |g| budget.min(g));
         let send = WasiSend {
             cluster_tls: self.wasi_trust(&admitted),
+            rule: (admitted.route == Route::Cluster).then(|| Arc::clone(&self.rule)),
             admitted,
             bound,
             shortened: shortened(guest, budget),
             clients: self.clients.clone(),
             late: Arc::clone(&self.late),
+            plugin: Arc::clone(&self.plugin),
+            held: self.held.clone(),
         };
         Box::new(send.run(request))
     }
@@ -657,6 +915,11 @@ struct WasiSend {
     cluster_tls: Option<Arc<ClusterTls>>,
     clients: TlsClients,
     late: Arc<LateRecord>,
+    /// Where a cluster request may connect; `None` for an `allowed-hosts` extra.
+    rule: Option<Arc<AddressRule>>,
+    plugin: Arc<str>,
+    /// The credentials served so far in the call, with their bindings.
+    held: Vec<Held>,
 }
 
 impl WasiSend {
@@ -715,6 +978,9 @@ impl WasiSend {
             admitted,
             cluster_tls,
             clients,
+            rule,
+            plugin,
+            held,
             ..
         } = self;
         let tls = if admitted.https {
@@ -752,12 +1018,37 @@ impl WasiSend {
             .await
             .map_err(|_| (E::HttpRequestBodySize(None), nothing_taught()))?
             .to_bytes();
+        let target = origin_form(&parts.uri);
+        let shown = Shown {
+            host: &admitted.host,
+            port: admitted.port,
+            headers: &parts.headers,
+            target: &target,
+            body: &body,
+            server_name: tls.as_ref().map(|_| {
+                cluster_tls
+                    .as_ref()
+                    .and_then(|t| t.server_name.as_deref())
+                    .unwrap_or(&admitted.host)
+            }),
+            identity: [None, None],
+        };
+        if let Some(refusal) = binding_refusal(&held, &shown) {
+            warn!(plugin = %plugin, host = %admitted.host, port = admitted.port, "request refused: {refusal}");
+            return Err((
+                E::HttpRequestDenied,
+                Box::new(move |learned: &mut Learned| {
+                    learned.reference_broken = Some(refusal);
+                }),
+            ));
+        }
         let outgoing = Outgoing {
             method: parts.method,
-            target: origin_form(&parts.uri),
+            target,
             authority: authority(&parts.uri, &admitted),
             headers: parts.headers,
             body,
+            rule,
             host: admitted.host,
             port: admitted.port,
             tls,
@@ -766,6 +1057,7 @@ impl WasiSend {
             let mut taught = Learned::default();
             error.teach(&mut taught);
             let code = match error {
+                WireError::Outside(_) => E::HttpRequestDenied,
                 WireError::Refused(_) | WireError::Local(_) => E::ConnectionRefused,
                 WireError::TimedOut => E::ConnectionReadTimeout,
                 WireError::Dns(message) => E::DnsError {
@@ -780,6 +1072,8 @@ impl WasiSend {
             };
             let teach: Teach = Box::new(move |learned: &mut Learned| {
                 learned.host_fault = learned.host_fault.take().or(taught.host_fault);
+                learned.reference_broken =
+                    learned.reference_broken.take().or(taught.reference_broken);
                 learned.timed_out |= taught.timed_out;
             });
             (code, teach)
@@ -851,6 +1145,8 @@ struct Outgoing {
     authority: String,
     headers: HeaderMap,
     body: Bytes,
+    /// The rule every address dialled must satisfy: `Some` for a cluster request.
+    rule: Option<Arc<AddressRule>>,
     /// The client configuration and the name to verify, for `https`.
     tls: Option<(ClientConfig, ServerName<'static>)>,
 }
@@ -880,6 +1176,9 @@ enum WireError {
     /// vigil's own resources failed before the server was reached: file descriptors,
     /// local ports, no local route, a resolver that did not answer.
     Local(String),
+    /// Every address of the cluster's host is outside `VIGIL_REGISTRATION_ALLOW`: nothing
+    /// was dialled. The reference points where the operator does not let vigil go.
+    Outside(String),
 }
 
 impl WireError {
@@ -887,6 +1186,7 @@ impl WireError {
     fn teach(&self, learned: &mut Learned) {
         match self {
             Self::Local(message) => learned.host_fault = Some(message.clone()),
+            Self::Outside(message) => learned.reference_broken = Some(message.clone()),
             Self::TimedOut => learned.timed_out = true,
             _ => {}
         }
@@ -896,16 +1196,48 @@ impl WireError {
 /// Resolves `host` and connects to its addresses in turn, moving `progress` along: the
 /// cluster counts as contacted once a `connect()` to one of its addresses reached the
 /// other side (established, refused, reset, timed out) or the resolver said the name does
-/// not exist. Failures of vigil's own resources are [`WireError::Local`].
-async fn dial(host: &str, port: u16, progress: &Progress) -> Result<TcpStream, WireError> {
+/// not exist. Failures of vigil's own resources are [`WireError::Local`]. With a `rule`
+/// (a cluster request), only the addresses it allows are dialled; when it allows none of
+/// them, nothing is ([`WireError::Outside`]).
+async fn dial(
+    host: &str,
+    port: u16,
+    progress: &Progress,
+    rule: Option<&AddressRule>,
+) -> Result<TcpStream, WireError> {
     progress.advance(Progress::RESOLVING);
-    let addresses: Vec<SocketAddr> = match host.parse::<IpAddr>() {
+    let mut addresses: Vec<SocketAddr> = match host.parse::<IpAddr>() {
         Ok(ip) => vec![SocketAddr::new(ip, port)],
         Err(_) => match tokio::net::lookup_host((host, port)).await {
             Ok(found) => found.collect(),
             Err(error) => return Err(lookup_failure(host, &error, progress)),
         },
     };
+    if let Some(rule) = rule {
+        let found = addresses.len();
+        let refused: Vec<String> = addresses
+            .iter()
+            .filter(|a| !rule.allows_address(host, a.ip()))
+            .map(|a| a.ip().to_string())
+            .collect();
+        addresses.retain(|a| rule.allows_address(host, a.ip()));
+        if addresses.is_empty() && found > 0 {
+            let message = if host.parse::<IpAddr>().is_ok() {
+                format!(
+                    "{host} is outside {}: vigil does not connect there",
+                    address_rule::SETTING
+                )
+            } else {
+                format!(
+                    "{host} resolves to {}, outside {}: vigil does not connect there",
+                    refused.join(", "),
+                    address_rule::SETTING
+                )
+            };
+            warn!(host, port, "connection refused: {message}");
+            return Err(WireError::Outside(message));
+        }
+    }
     let mut remote = None;
     let mut local = None;
     for address in addresses {
@@ -984,9 +1316,10 @@ async fn exchange(outgoing: Outgoing, progress: &Progress) -> Result<Incoming, W
         authority,
         mut headers,
         body,
+        rule,
         tls,
     } = outgoing;
-    let tcp = dial(&host, port, progress).await?;
+    let tcp = dial(&host, port, progress, rule.as_deref()).await?;
     // Without it a fresh connection plus one request waits ~40 ms on Nagle and
     // delayed ACKs.
     let _ = tcp.set_nodelay(true);
@@ -1054,5 +1387,211 @@ struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
 impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reference::SecretBytes;
+
+    fn held(what: &str, value: &str, bound: &[&str]) -> Held {
+        Held {
+            what: what.to_owned(),
+            value: Arc::from(value.as_bytes()),
+            bound: bound.iter().map(|d| Destination::parse(d)).collect(),
+        }
+    }
+
+    /// Whether a request to `host:port` with `headers` and `body` is refused.
+    fn refused(
+        held: &[Held],
+        host: &str,
+        port: u16,
+        headers: &[(&str, &str)],
+        body: &str,
+    ) -> Option<String> {
+        let mut map = HeaderMap::new();
+        for (name, value) in headers {
+            map.append(
+                HeaderName::from_bytes(name.as_bytes()).expect("name"),
+                HeaderValue::from_str(value).expect("value"),
+            );
+        }
+        binding_refusal(
+            held,
+            &Shown {
+                host,
+                port,
+                headers: &map,
+                target: "/healthz",
+                body: body.as_bytes(),
+                server_name: None,
+                identity: [None, None],
+            },
+        )
+    }
+
+    #[test]
+    fn a_credential_goes_only_to_the_hosts_it_is_bound_to() {
+        let token = [held(
+            "parameter header.Authorization",
+            "Bearer s3cr3t-t0ken",
+            &["10.0.0.7:8443", "billing.internal"],
+        )];
+        let auth = [("authorization", "Bearer s3cr3t-t0ken")];
+        assert_eq!(refused(&token, "10.0.0.7", 8443, &auth, ""), None);
+        assert_eq!(
+            refused(&token, "billing.internal", 443, &auth, ""),
+            None,
+            "any port"
+        );
+        let other = refused(&token, "10.0.0.8", 8443, &auth, "").expect("refused");
+        assert!(
+            other.starts_with("parameter header.Authorization is not bound to 10.0.0.8:8443"),
+            "{other}"
+        );
+        assert!(!other.contains("s3cr3t"), "{other}");
+        assert!(
+            refused(&token, "10.0.0.7", 9443, &auth, "").is_some(),
+            "another port"
+        );
+        // In the body or under another header, it is the same credential.
+        assert!(refused(&token, "10.0.0.8", 80, &[], "key=Bearer s3cr3t-t0ken").is_some());
+        assert!(
+            refused(
+                &token,
+                "10.0.0.8",
+                80,
+                &[("x-key", "Bearer s3cr3t-t0ken")],
+                ""
+            )
+            .is_some()
+        );
+        // A Host header or a TLS server name the binding does not cover.
+        let host = refused(
+            &token,
+            "10.0.0.7",
+            8443,
+            &[auth[0], ("host", "evil.example")],
+            "",
+        )
+        .expect("refused");
+        assert!(host.contains("Host evil.example"), "{host}");
+        assert_eq!(
+            refused(
+                &token,
+                "10.0.0.7",
+                8443,
+                &[auth[0], ("host", "billing.internal:8443")],
+                ""
+            ),
+            None
+        );
+        let mut map = HeaderMap::new();
+        map.append(
+            hyper::header::AUTHORIZATION,
+            HeaderValue::from_static("Bearer s3cr3t-t0ken"),
+        );
+        let sni = binding_refusal(
+            &token,
+            &Shown {
+                host: "10.0.0.7",
+                port: 8443,
+                headers: &map,
+                target: "/",
+                body: b"",
+                server_name: Some("evil.example"),
+                identity: [None, None],
+            },
+        )
+        .expect("refused");
+        assert!(sni.contains("TLS server name evil.example"), "{sni}");
+        // A request without it goes anywhere the egress policy allows.
+        assert_eq!(
+            refused(
+                &token,
+                "10.0.0.8",
+                80,
+                &[("authorization", "Bearer other")],
+                ""
+            ),
+            None
+        );
+        // Bound nowhere: sent nowhere.
+        let nowhere = [held("parameter header.X-Key", "k-1234567890", &[])];
+        assert!(refused(&nowhere, "10.0.0.7", 8443, &[("x-key", "k-1234567890")], "").is_some());
+        // A short value only as a whole header value or word of one.
+        let short = [held("parameter pin", "1234", &[])];
+        assert!(refused(&short, "h", 1, &[("x-pin", "1234")], "").is_some());
+        assert!(refused(&short, "h", 1, &[("x-pin", "PIN 1234")], "").is_some());
+        assert_eq!(
+            refused(&short, "h", 1, &[("x-id", "a12345")], "order 41234"),
+            None
+        );
+    }
+
+    #[test]
+    fn a_kubeconfigs_credentials_are_bound_to_its_server() {
+        let material = ConnectionMaterial {
+            kubeconfig: "/etc/kube/config".into(),
+            context: "prod".to_owned(),
+            cluster: "prod".to_owned(),
+            user: Some("admin".to_owned()),
+            server: "https://10.0.0.1:6443".to_owned(),
+            tls_server_name: Some("api.prod.internal".to_owned()),
+            insecure_skip_tls_verify: false,
+            ca: None,
+            client_certificate: None,
+            client_key: Some(Material::Inline(SecretBytes::new(
+                b"-----BEGIN KEY-----k3y".to_vec(),
+            ))),
+            token: Some(Material::Inline(SecretBytes::new(
+                b"kube-t0ken-abcdef\n".to_vec(),
+            ))),
+            served_kubeconfig: SecretBytes::new(Vec::new()),
+        };
+        let bound = material_binding(&material);
+        let token = [Held {
+            what: "a credential of the kubeconfig".to_owned(),
+            value: Arc::from(&b"kube-t0ken-abcdef"[..]),
+            bound: bound.clone(),
+        }];
+        let auth = [("authorization", "Bearer kube-t0ken-abcdef")];
+        assert_eq!(refused(&token, "10.0.0.1", 6443, &auth, ""), None);
+        assert_eq!(
+            refused(
+                &token,
+                "10.0.0.1",
+                6443,
+                &[auth[0], ("host", "api.prod.internal")],
+                ""
+            ),
+            None
+        );
+        // The cluster's recorded endpoint, when it is not the kubeconfig's server.
+        let endpoint = refused(&token, "10.0.0.2", 6443, &auth, "").expect("refused");
+        assert!(
+            endpoint.starts_with("a credential of the kubeconfig is not bound to 10.0.0.2:6443"),
+            "{endpoint}"
+        );
+        // The client key as the TLS identity.
+        let key = [Held {
+            what: "a credential of the kubeconfig".to_owned(),
+            value: Arc::from(&b"-----BEGIN KEY-----k3y"[..]),
+            bound,
+        }];
+        let headers = HeaderMap::new();
+        let shown = |host| Shown {
+            host,
+            port: 6443,
+            headers: &headers,
+            target: "/",
+            body: b"",
+            server_name: Some(host),
+            identity: [None, Some(&b"-----BEGIN KEY-----k3y"[..])],
+        };
+        assert!(binding_refusal(&key, &shown("10.0.0.2")).is_some());
+        assert_eq!(binding_refusal(&key, &shown("10.0.0.1")), None);
     }
 }

@@ -2,7 +2,7 @@
 //! default parameters. Every grant is denied unless the file says otherwise.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Component, Path, PathBuf};
 
 use serde::Deserialize;
 
@@ -18,6 +18,16 @@ pub const MAX_MEMORY_MIB: u32 = 1024;
 
 /// The largest `NAME.toml` read; a bigger one is refused without being parsed.
 pub const MAX_MANIFEST_BYTES: u64 = 64 * 1024;
+
+/// The prefix of the operator's settings among a plugin's parameters: only `NAME.toml`'s
+/// `[parameters]` gives them. A cluster's parameters are written by whoever registered
+/// the cluster, so the REST API refuses these names and the runtime ignores them there.
+pub const OPERATOR_PARAMETER_PREFIX: &str = "operator.";
+
+/// Whether `name` is one of the operator's settings (see [`OPERATOR_PARAMETER_PREFIX`]).
+pub fn is_operator_parameter(name: &str) -> bool {
+    name.starts_with(OPERATOR_PARAMETER_PREFIX)
+}
 
 /// What a plugin is granted and how it is run, from its `NAME.toml`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -46,9 +56,25 @@ pub struct Manifest {
     /// The cap on the instance's memories and tables, summed, in MiB.
     #[serde(default = "default_memory_mib")]
     pub memory_mib: u32,
-    /// Default plugin parameters, under the cluster's own.
+    /// Default plugin parameters, under the cluster's own (`operator.*` ones are the
+    /// operator's alone: a cluster cannot set them).
     #[serde(default)]
     pub parameters: BTreeMap<String, String>,
+    /// Where credential parameters may be sent: for a credential file (or every file under
+    /// a directory), a Secret (`secret://NAMESPACE/NAME`) or every Secret of a namespace
+    /// (`secret://NAMESPACE`), the hosts (`host` or `host:port`) its value may go to. A
+    /// credential not bound here is sent nowhere.
+    #[serde(default)]
+    pub credential_hosts: BTreeMap<String, Vec<String>>,
+}
+
+/// Where a credential parameter's value was read from, for its binding.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum CredentialSource<'a> {
+    /// A `file:///` parameter's file (lexically normalised).
+    File(&'a Path),
+    /// A `secret://` parameter's Secret.
+    Secret { namespace: &'a str, name: &'a str },
 }
 
 fn default_memory_mib() -> u32 {
@@ -66,6 +92,7 @@ impl Default for Manifest {
             priority: 0,
             memory_mib: DEFAULT_MEMORY_MIB,
             parameters: BTreeMap::new(),
+            credential_hosts: BTreeMap::new(),
         }
     }
 }
@@ -82,6 +109,28 @@ impl Manifest {
         .filter(|(_, granted)| *granted)
         .map(|(name, _)| name.to_owned())
         .collect()
+    }
+
+    /// The hosts `credential-hosts` binds a credential read from `source` to (every
+    /// entry that covers it), as written (`host` or `host:port`).
+    pub(crate) fn credential_hosts_for(&self, source: CredentialSource<'_>) -> Vec<&str> {
+        self.credential_hosts
+            .iter()
+            .filter(|(key, _)| match (source, credential_key(key)) {
+                (CredentialSource::File(path), Some(CredentialKey::Path(root))) => {
+                    path.starts_with(root)
+                }
+                (
+                    CredentialSource::Secret { namespace, name },
+                    Some(CredentialKey::Secret {
+                        namespace: ns,
+                        name: key_name,
+                    }),
+                ) => ns == namespace && key_name.is_none_or(|n| n == name),
+                _ => false,
+            })
+            .flat_map(|(_, hosts)| hosts.iter().map(String::as_str))
+            .collect()
     }
 
     /// The memory cap in bytes.
@@ -131,8 +180,58 @@ impl Manifest {
                 ));
             }
         }
+        for (key, hosts) in &manifest.credential_hosts {
+            if credential_key(key).is_none() {
+                return Err(format!(
+                    "credential-hosts: {key:?} is neither an absolute path (without ..) nor secret://NAMESPACE[/NAME]"
+                ));
+            }
+            for host in hosts {
+                let bare = host.trim();
+                if bare.is_empty()
+                    || bare.contains(['/', '@', '?', '#'])
+                    || bare.contains(char::is_whitespace)
+                {
+                    return Err(format!(
+                        "credential-hosts: {host:?} (for {key:?}) is not a host or host:port"
+                    ));
+                }
+            }
+        }
         Ok(manifest)
     }
+}
+
+/// A `credential-hosts` key, read.
+enum CredentialKey<'a> {
+    Path(PathBuf),
+    Secret {
+        namespace: &'a str,
+        name: Option<&'a str>,
+    },
+}
+
+fn credential_key(key: &str) -> Option<CredentialKey<'_>> {
+    if let Some(rest) = key.strip_prefix("secret://") {
+        let rest = rest.trim_end_matches('/');
+        let (namespace, name) = match rest.split_once('/') {
+            Some((namespace, name)) => (namespace, Some(name)),
+            None => (rest, None),
+        };
+        // The reference grammar is the one rule for what a Secret reference may name.
+        let probe = format!("secret://{namespace}/{}", name.unwrap_or("name"));
+        let nameable = matches!(
+            Reference::parse(&probe),
+            Ok(Reference::Secret { namespace: ref ns, name: ref n, .. })
+                if ns == namespace && name.is_none_or(|name| n == name)
+        );
+        return nameable.then_some(CredentialKey::Secret { namespace, name });
+    }
+    let path = Path::new(key);
+    if !path.is_absolute() || path.components().any(|c| c == Component::ParentDir) {
+        return None;
+    }
+    Some(CredentialKey::Path(path.components().collect()))
 }
 
 /// A TOML error as `line L, column C: WHAT`, without the rendering's quote of the line nor
@@ -174,6 +273,61 @@ mod tests {
             assert!(error.starts_with(at), "{text:?}: {error}");
             assert!(!error.contains("s3cr3t"), "{text:?}: {error}");
             assert!(!error.contains('\n'), "one line: {error}");
+        }
+    }
+
+    #[test]
+    fn credential_hosts_bind_files_directories_secrets_and_namespaces() {
+        let manifest = Manifest::parse(
+            "[credential-hosts]\n\
+             \"/etc/vigil/credentials/billing-token\" = [\"10.0.0.7:8443\"]\n\
+             \"/etc/vigil/credentials/team-a/\" = [\"a.example\"]\n\
+             \"secret://monitoring/billing\" = [\"10.0.0.7:8443\", \"billing.internal\"]\n\
+             \"secret://team-b\" = [\"b.example\"]\n",
+        )
+        .expect("valid");
+        let file = |path: &str| {
+            manifest
+                .credential_hosts_for(CredentialSource::File(Path::new(path)))
+                .join(",")
+        };
+        assert_eq!(
+            file("/etc/vigil/credentials/billing-token"),
+            "10.0.0.7:8443"
+        );
+        assert_eq!(file("/etc/vigil/credentials/billing-token2"), "");
+        assert_eq!(file("/etc/vigil/credentials/team-a/token"), "a.example");
+        assert_eq!(file("/etc/vigil/credentials/team-ab/token"), "");
+        let secret = |namespace: &str, name: &str| {
+            manifest
+                .credential_hosts_for(CredentialSource::Secret { namespace, name })
+                .join(",")
+        };
+        assert_eq!(
+            secret("monitoring", "billing"),
+            "10.0.0.7:8443,billing.internal"
+        );
+        assert_eq!(secret("monitoring", "other"), "");
+        assert_eq!(secret("team-b", "any"), "b.example");
+        assert_eq!(
+            Manifest::default()
+                .credential_hosts_for(CredentialSource::Secret {
+                    namespace: "team-b",
+                    name: "any"
+                })
+                .len(),
+            0,
+            "bound nowhere by default"
+        );
+        for bad in [
+            "\"relative/token\" = [\"x\"]",
+            "\"/etc/../token\" = [\"x\"]",
+            "\"secret://Bad\" = [\"x\"]",
+            "\"/etc/token\" = [\"http://x/\"]",
+            "\"/etc/token\" = [\"\"]",
+        ] {
+            let error = Manifest::parse(&format!("[credential-hosts]\n{bad}\n")).expect_err(bad);
+            assert!(error.starts_with("credential-hosts: "), "{error}");
         }
     }
 

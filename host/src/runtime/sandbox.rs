@@ -17,7 +17,7 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 use super::bindings::vigil::plugin::{credentials, log, types};
 use super::egress::{Egress, EgressPolicy};
 use super::engine::Ticking;
-use super::manifest::Manifest;
+use super::manifest::{CredentialSource, Manifest};
 use crate::reference::{self, ConnectionMaterial, Reference, SecretBytes};
 use crate::secrets::{SECRET_READ_TIMEOUT, SecretError, SecretSource};
 use crate::tls::TlsClients;
@@ -226,6 +226,7 @@ impl CallState {
             credential_dirs,
             kubeconfigs,
             secrets,
+            address_rule,
         } = parts;
         let stdout = MemoryOutputPipe::new(MAX_GUEST_OUTPUT_BYTES);
         let stderr = MemoryOutputPipe::new(MAX_GUEST_OUTPUT_BYTES);
@@ -237,6 +238,7 @@ impl CallState {
             cluster.as_ref(),
             clients,
             deadline,
+            address_rule,
         );
         Self {
             wasi: None,
@@ -459,7 +461,14 @@ impl credentials::Host for CallState {
                         "parameter {name} names a file outside the credential directories"
                     )));
                 }
-                read_bounded(self.remaining(), &path).await
+                let bytes = read_bounded(self.remaining(), &path).await?;
+                self.egress.hold_parameter(
+                    &name,
+                    CredentialSource::File(&path),
+                    &bytes,
+                    &self.manifest,
+                );
+                Ok(bytes)
             }
             ParameterValue::Secret(text) => {
                 let Ok(Reference::Secret {
@@ -482,6 +491,15 @@ impl credentials::Host for CallState {
                     &key,
                 )
                 .await?;
+                self.egress.hold_parameter(
+                    &name,
+                    CredentialSource::Secret {
+                        namespace: &namespace,
+                        name: &secret,
+                    },
+                    bytes.expose_secret(),
+                    &self.manifest,
+                );
                 Ok(bytes.into_exposed_secret())
             }
             ParameterValue::Invalid => Err(E::Invalid(format!(

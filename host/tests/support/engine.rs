@@ -274,5 +274,6 @@ pub fn router(store: Store) -> axum::Router {
         metrics: None,
         wake: worker.handle(),
         views: Arc::default(),
+        registration_allow: Default::default(),
     })
 }

@@ -28,6 +28,12 @@ pub const JSON_EQUALS: &str = "json-equals";
 pub const MAX_LATENCY_MS: &str = "max-latency-ms";
 /// The parameter holding the CA certificates (PEM) to trust for an `https` URL.
 pub const CA: &str = "ca";
+/// The operator's opt-in to quoting the answer (the start of the body, the JSON value
+/// seen) in reports: `true` or `false` (default). Only the plugin's `http.toml` can set
+/// it — vigil keeps `operator.*` parameters out of a cluster's own — because a report is
+/// read by whoever may read the cluster, and the URL was chosen by whoever registered
+/// it: quoting would let that caller read any page vigil can reach.
+pub const QUOTE_RESPONSE: &str = "operator.quote-response";
 
 /// Credential headers looked up even when `credential-headers` does not name them.
 pub const IMPLICIT_CREDENTIAL_HEADERS: &[&str] = &["Authorization"];
@@ -147,6 +153,10 @@ pub struct Conditions {
     pub json: Option<JsonCondition>,
     /// The latency bound, in milliseconds.
     pub max_latency_ms: Option<u32>,
+    /// Whether a failed condition quotes what was seen in the body (the operator's
+    /// [`QUOTE_RESPONSE`]); otherwise only the status, the latency and whether each
+    /// condition held are reported.
+    pub quote_response: bool,
 }
 
 /// The request to send and the conditions to check, from the plain parameters.
@@ -259,6 +269,16 @@ impl Settings {
             ),
             None => None,
         };
+        let quote_response = match parameters.get(QUOTE_RESPONSE).map(|v| v.trim()) {
+            None | Some("false") => false,
+            Some("true") => true,
+            Some(other) => {
+                return Err(bad(
+                    QUOTE_RESPONSE,
+                    format!("`{other}` is neither true nor false"),
+                ));
+            }
+        };
         Ok(Self {
             method,
             plain_headers,
@@ -269,6 +289,7 @@ impl Settings {
                 body_contains: parameters.get(BODY_CONTAINS).cloned(),
                 json,
                 max_latency_ms,
+                quote_response,
             },
         })
     }
@@ -322,27 +343,45 @@ pub struct Failed {
     pub class: ReasonClass,
     /// What was expected, e.g. `2xx` or `≤ 500 ms`.
     pub expected: String,
-    /// The value seen, quoted and redacted.
-    pub seen: String,
+    /// The value seen, quoted and redacted; `None` when the answer is not quoted.
+    pub seen: Option<String>,
 }
+
+/// What a report says of a JSON value or body it does not quote.
+const NOT_QUOTED: &str = "another value";
 
 impl Failed {
     /// One line, e.g. `status 503, expected 2xx`.
     fn describe(&self) -> String {
-        match self.condition {
-            "status" => format!("status {}, expected {}", self.seen, self.expected),
-            "body-contains" => format!(
-                "the body does not contain {}; it starts {}",
-                self.expected, self.seen
+        let seen = self.seen.as_deref().unwrap_or(NOT_QUOTED);
+        match (self.condition, &self.seen) {
+            ("status", _) => format!("status {seen}, expected {}", self.expected),
+            ("body-contains", Some(seen)) => format!(
+                "the body does not contain {}; it starts {seen}",
+                self.expected
             ),
-            "json" => format!("JSON {}, saw {}", self.expected, self.seen),
-            _ => format!("latency {}, expected {}", self.seen, self.expected),
+            ("body-contains", None) => format!("the body does not contain {}", self.expected),
+            ("json", _) => format!("JSON {}, saw {seen}", self.expected),
+            _ => format!("latency {seen}, expected {}", self.expected),
+        }
+    }
+
+    /// The `failed.CONDITION` detail.
+    fn detail(&self) -> String {
+        match &self.seen {
+            Some(seen) => format!("expected {}, saw {seen}", self.expected),
+            None if self.condition == "body-contains" => {
+                format!("expected {}, not found", self.expected)
+            }
+            None => format!("expected {}, saw {NOT_QUOTED}", self.expected),
         }
     }
 }
 
-/// Checks every condition against what the server answered; `secrets` (the credential
-/// headers' values) are replaced by `***` wherever a seen value would quote them.
+/// Checks every condition against what the server answered. Status codes and latencies
+/// are always reported; what the body holds only with [`Conditions::quote_response`],
+/// and then with `secrets` (the credential headers' values) replaced by `***` wherever a
+/// seen value would quote them.
 pub fn evaluate(
     conditions: &Conditions,
     observed: &Observed<'_>,
@@ -358,7 +397,7 @@ pub fn evaluate(
                 _ => ReasonClass::BadResponse,
             },
             expected: conditions.status.to_string(),
-            seen: observed.status.to_string(),
+            seen: Some(observed.status.to_string()),
         });
     }
     if let Some(needle) = &conditions.body_contains
@@ -368,7 +407,9 @@ pub fn evaluate(
             condition: "body-contains",
             class: ReasonClass::BadResponse,
             expected: quote(needle.as_bytes(), &[]),
-            seen: quote(observed.body, secrets),
+            seen: conditions
+                .quote_response
+                .then(|| quote(observed.body, secrets)),
         });
     }
     if let Some(json) = &conditions.json {
@@ -376,12 +417,16 @@ pub fn evaluate(
             Some(value) => format!("{} = {}", json.pointer, quote(value.as_bytes(), &[])),
             None => format!("{} present", json.pointer),
         };
+        // Whether the body is JSON and has a value at the pointer are what the condition
+        // asks (one bit each); the parser's error and the value are quoted only on opt-in.
+        let quote = conditions.quote_response;
         let seen = match serde_json::from_slice::<Value>(observed.body) {
-            Err(error) => Some(format!("a body that is not JSON ({error})")),
+            Err(error) if quote => Some(Some(format!("a body that is not JSON ({error})"))),
+            Err(_) => Some(Some("a body that is not JSON".to_owned())),
             Ok(document) => match document.pointer(&json.pointer) {
-                None => Some(format!("no value at {}", json.pointer)),
+                None => Some(Some(format!("no value at {}", json.pointer))),
                 Some(value) if json.matches(value) => None,
-                Some(value) => Some(clip(value.to_string().as_bytes(), secrets)),
+                Some(value) => Some(quote.then(|| clip(value.to_string().as_bytes(), secrets))),
             },
         };
         if let Some(seen) = seen {
@@ -400,7 +445,7 @@ pub fn evaluate(
             condition: "max-latency-ms",
             class: ReasonClass::Timeout,
             expected: format!("at most {bound} ms"),
-            seen: format!("{} ms", observed.latency_ms),
+            seen: Some(format!("{} ms", observed.latency_ms)),
         });
     }
     failed
@@ -436,10 +481,7 @@ pub fn report(observed: &Observed<'_>, failed: &[Failed]) -> ProbeReport {
     for failure in failed {
         report = report.with_detail(
             format!("failed.{}", failure.condition),
-            one_line(
-                &format!("expected {}, saw {}", failure.expected, failure.seen),
-                MAX_DETAIL_BYTES,
-            ),
+            one_line(&failure.detail(), MAX_DETAIL_BYTES),
         );
     }
     report
@@ -517,13 +559,28 @@ mod tests {
         Settings::parse(&parameters(pairs)).expect("valid parameters")
     }
 
-    /// Evaluates `pairs` against an answer; returns (condition, class, seen) of each failure.
+    /// Evaluates `pairs` (with the operator's opt-in to quoting) against an answer;
+    /// returns (condition, class, seen) of each failure.
     fn check(
         pairs: &[(&str, &str)],
         status: u16,
         body: &str,
         latency_ms: u32,
     ) -> Vec<(&'static str, ReasonClass, String)> {
+        let mut pairs = pairs.to_vec();
+        pairs.push((QUOTE_RESPONSE, "true"));
+        check_seen(&pairs, status, body, latency_ms)
+            .into_iter()
+            .map(|(condition, class, seen)| (condition, class, seen.expect("quoted")))
+            .collect()
+    }
+
+    fn check_seen(
+        pairs: &[(&str, &str)],
+        status: u16,
+        body: &str,
+        latency_ms: u32,
+    ) -> Vec<(&'static str, ReasonClass, Option<String>)> {
         let observed = Observed {
             status,
             body: body.as_bytes(),
@@ -533,6 +590,56 @@ mod tests {
             .into_iter()
             .map(|f| (f.condition, f.class, f.seen))
             .collect()
+    }
+
+    #[test]
+    fn the_answer_is_quoted_only_on_the_operators_opt_in() {
+        use ReasonClass as R;
+        let body = r#"{"status":"DOWN","token":"t0p-s3cret"}"#;
+        let pairs = [
+            ("status", "200"),
+            ("body-contains", "UP"),
+            ("json-pointer", "/token"),
+            ("json-equals", "x"),
+            ("max-latency-ms", "10"),
+        ];
+        assert_eq!(
+            check_seen(&pairs, 503, body, 20),
+            [
+                ("status", R::ServerError, Some("503".to_owned())),
+                ("body-contains", R::BadResponse, None),
+                ("json", R::BadResponse, None),
+                ("max-latency-ms", R::Timeout, Some("20 ms".to_owned())),
+            ]
+        );
+        let observed = Observed {
+            status: 503,
+            body: body.as_bytes(),
+            latency_ms: 20,
+        };
+        let closed = report(
+            &observed,
+            &evaluate(&settings(&pairs).conditions, &observed, &[]),
+        );
+        let text = format!("{} {:?}", closed.message, closed.details);
+        assert!(
+            !text.contains("t0p-s3cret") && !text.contains("DOWN"),
+            "{text}"
+        );
+        assert!(
+            text.contains("status 503") && text.contains("latency 20 ms"),
+            "{text}"
+        );
+        let mut open = pairs.to_vec();
+        open.push((QUOTE_RESPONSE, "true"));
+        let quoted = report(
+            &observed,
+            &evaluate(&settings(&open).conditions, &observed, &[]),
+        );
+        assert!(quoted.message.contains("t0p-s3cret"), "{}", quoted.message);
+        let not_json = check_seen(&[("json-pointer", "/a")], 200, "<html>", 1);
+        assert_eq!(not_json[0].2.as_deref(), Some("a body that is not JSON"));
+        assert!(Settings::parse(&parameters(&[(QUOTE_RESPONSE, "yes")])).is_err());
     }
 
     #[test]
@@ -672,7 +779,12 @@ mod tests {
 
     #[test]
     fn reports_name_every_failed_condition_and_pick_the_verdict() {
-        let conditions = settings(&[("body-contains", "ok"), ("max-latency-ms", "10")]).conditions;
+        let conditions = settings(&[
+            ("body-contains", "ok"),
+            ("max-latency-ms", "10"),
+            (QUOTE_RESPONSE, "true"),
+        ])
+        .conditions;
         let observed = Observed {
             status: 500,
             body: b"boom",

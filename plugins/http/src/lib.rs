@@ -4,7 +4,8 @@
 //! A probe sends one request to the URL through the `http` host interface and checks the
 //! answer against the cluster's conditions, like Gatus or blackbox_exporter: the status
 //! code, a substring of the body or a JSON value at a pointer, and the latency. Every
-//! condition that does not hold is reported with the value seen.
+//! condition that does not hold is reported: the status and latency seen always, what the
+//! body holds only when the operator opts in (`operator.quote-response`).
 //!
 //! # Parameters
 //!
@@ -22,7 +23,11 @@
 //! | `json-equals` | the value expected at `json-pointer`: JSON (`true`, `3`, `"UP"`) or plain text compared with a string value (`UP`) | none |
 //! | `max-latency-ms` | the longest the request may take, in milliseconds | none |
 //! | `ca` | CA certificates (PEM) to trust for an `https` URL, inline or as a credential reference | the system roots |
+//! | `operator.quote-response` | `true`: a failed body or JSON condition quotes the start of the body or the value seen. Only `http.toml` can set it (vigil ignores `operator.*` parameters of a cluster): the caller who registers a cluster chooses its URL, and quoting would let it read any page vigil can reach | `false` |
 //!
+//! Without the opt-in, `body-contains` and `json-equals` answer one bit each (the text is
+//! there or not, the value is the one expected or not): a caller who can register clusters
+//! and read their status learns that much about any URL vigil may reach, no more.
 //! vigil keeps credential references out of the cluster record a plugin sees, so the plugin
 //! cannot list them: it reads `header.Authorization` always, and `header.NAME` for each
 //! name in `credential-headers`, through `credentials.parameter`, which resolves the

@@ -230,6 +230,7 @@ async fn load_for(
         concurrency: u32::try_from(concurrency.max(CONCURRENCY)).map_err(|e| e.to_string())?,
         credential_dirs: Vec::new(),
         secrets: None,
+        registration_allow: Default::default(),
     })
     .await
     .map_err(|e| e.to_string())?;
