@@ -108,6 +108,7 @@ async fn api_with(read_auth: bool) -> Api {
         metrics: Some(Arc::new(metrics)),
         wake: worker.handle(),
         views: Arc::default(),
+        events: Arc::default(),
     };
     Api {
         router: app(state),

@@ -76,6 +76,7 @@ async fn api(access: Access) -> Api {
         metrics: None,
         wake: worker.handle(),
         views: Arc::default(),
+        events: Arc::default(),
     });
     Api {
         router,

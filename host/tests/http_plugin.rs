@@ -553,6 +553,7 @@ async fn a_credential_header_reference_is_sent_and_never_returned() {
         metrics: None,
         wake: worker.handle(),
         views: Arc::default(),
+        events: Arc::default(),
     };
     let router = app(state);
     let token_ref = format!("file://{}", token_file.display());

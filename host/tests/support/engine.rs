@@ -257,6 +257,11 @@ impl vigil::api::PluginCatalog for NoCatalog {
 
 /// The REST API over `store`: no token, a healthy scripted prober, no plugin.
 pub fn router(store: Store) -> axum::Router {
+    router_with_events(store, Arc::default())
+}
+
+/// [`router`] with its event streams sharing `events`.
+pub fn router_with_events(store: Store, events: Arc<vigil::api::EventFeed>) -> axum::Router {
     let settings = settings(60, 2);
     let worker = Worker::new(
         store.clone(),
@@ -274,5 +279,6 @@ pub fn router(store: Store) -> axum::Router {
         metrics: None,
         wake: worker.handle(),
         views: Arc::default(),
+        events,
     })
 }
