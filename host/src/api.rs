@@ -10,6 +10,7 @@
 
 pub mod auth;
 pub mod problem;
+pub mod server;
 
 // utoipa's `path` macro expands `params(Type)` to fully qualified paths.
 #[allow(unused_qualifications)]
@@ -41,6 +42,7 @@ use utoipa_axum::router::OpenApiRouter;
 use vigil_decision::HealthPolicy;
 
 pub use self::auth::{Access, Caller, PublicUrl, TokensError};
+pub use self::events::EventFeed;
 pub use self::problem::{Problem, ProblemKind};
 pub use self::view_cache::ViewCache;
 pub use self::views::{
@@ -187,6 +189,8 @@ pub struct ApiState {
     pub wake: WorkerHandle,
     /// Rendered cluster views reused by list pages while their rows are unchanged.
     pub views: Arc<ViewCache>,
+    /// What open event streams share: their cap and one notifier of new events.
+    pub events: Arc<EventFeed>,
 }
 
 /// Renders the Prometheus exposition.

@@ -849,6 +849,27 @@ pub struct ApiArgs {
           value_name = "VIGIL_INSECURE_NO_AUTH", default_value_t = false,
           action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub insecure_no_auth: bool,
+
+    /// Open API connections at most; one more is closed at once [default: 4096, lowered
+    /// to what the open-files limit leaves when that is less].
+    #[arg(long = "api-max-connections", env = "VIGIL_API_MAX_CONNECTIONS",
+          value_name = "VIGIL_API_MAX_CONNECTIONS",
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_connections: Option<u32>,
+
+    /// Event streams (`/api/v1/events`) open at once at most; one more is answered 503
+    /// with Retry-After [default: 256, or VIGIL_API_MAX_CONNECTIONS when that is less].
+    #[arg(long = "api-max-event-streams", env = "VIGIL_API_MAX_EVENT_STREAMS",
+          value_name = "VIGIL_API_MAX_EVENT_STREAMS",
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_event_streams: Option<u32>,
+
+    /// Seconds a connection may take to send a request's head; a slower one is closed.
+    #[arg(long = "api-header-read-timeout", env = "VIGIL_API_HEADER_READ_TIMEOUT",
+          value_name = "VIGIL_API_HEADER_READ_TIMEOUT",
+          default_value_t = crate::api::server::DEFAULT_HEADER_READ_TIMEOUT_SECS,
+          value_parser = clap::value_parser!(u32).range(1..=3600))]
+    pub header_read_timeout: u32,
 }
 
 /// `url` with any user information (`user:password@`) shown as `***@`.
@@ -886,6 +907,12 @@ pub struct ApiConfig {
     pub read_auth: bool,
     /// `VIGIL_PUBLIC_URL`.
     pub public_url: Option<crate::api::PublicUrl>,
+    /// The server's bounds (`VIGIL_API_MAX_CONNECTIONS`, `VIGIL_API_MAX_EVENT_STREAMS`,
+    /// `VIGIL_API_HEADER_READ_TIMEOUT`).
+    pub limits: crate::api::server::ServerLimits,
+    /// Whether the operator set `VIGIL_API_MAX_CONNECTIONS` (a cap set that does not fit
+    /// the open-files limit stops start-up; the default is lowered instead).
+    pub max_connections_set: bool,
 }
 
 impl ApiArgs {
@@ -943,12 +970,35 @@ impl ApiArgs {
                 reason: "read auth needs VIGIL_API_TOKEN or VIGIL_API_TOKENS_FILE".to_owned(),
             });
         }
+        let max_connections = self
+            .max_connections
+            .unwrap_or(crate::api::server::DEFAULT_MAX_CONNECTIONS);
+        let max_event_streams = match self.max_event_streams {
+            None => crate::api::server::DEFAULT_MAX_EVENT_STREAMS.min(max_connections),
+            Some(streams) => streams,
+        };
+        if max_event_streams > max_connections {
+            return Err(SettingError {
+                variable: "VIGIL_API_MAX_EVENT_STREAMS",
+                value: max_event_streams.to_string(),
+                reason: format!(
+                    "each event stream is a connection: at most VIGIL_API_MAX_CONNECTIONS \
+                     ({max_connections})"
+                ),
+            });
+        }
         Ok(ApiConfig {
             listen: self.listen,
             token: token.map(SecretSetting),
             tokens_file: self.tokens_file.clone(),
             read_auth: self.read_auth,
             public_url,
+            limits: crate::api::server::ServerLimits {
+                max_connections,
+                max_event_streams,
+                header_read_timeout: Duration::from_secs(u64::from(self.header_read_timeout)),
+            },
+            max_connections_set: self.max_connections.is_some(),
         })
     }
 }

@@ -11,6 +11,7 @@ pub mod discovery;
 pub mod discovery_preview;
 pub mod lock;
 pub mod metrics;
+pub mod open_files;
 pub mod plugin_check;
 pub mod plugin_watch;
 pub mod reference;

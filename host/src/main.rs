@@ -40,7 +40,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => {
-            let config = match args.engine_config(std::env::home_dir()) {
+            let mut config = match args.engine_config(std::env::home_dir()) {
                 Ok(config) => config,
                 Err(error) => {
                     eprintln!("error: {error}");
@@ -48,6 +48,9 @@ fn main() -> ExitCode {
                 }
             };
             init_logging(config.log_format, "info");
+            if let Err(code) = fit_open_files(&mut config) {
+                return code;
+            }
             let runtime = match tokio::runtime::Runtime::new() {
                 Ok(runtime) => runtime,
                 Err(error) => {
@@ -92,6 +95,44 @@ fn main() -> ExitCode {
             ExitCode::from(code)
         }
         Command::Plugin(PluginCommand::Check(args)) => plugin_check(&args),
+    }
+}
+
+/// Raises the open-files limit to its hard limit and fits the API's connection cap in it
+/// (`vigil::open_files`): a cap the operator set that does not fit stops start-up (exit 2).
+fn fit_open_files(config: &mut vigil::cli::EngineConfig) -> Result<(), ExitCode> {
+    let limit = match vigil::open_files::raise_to_hard_limit() {
+        Ok(limit) => limit,
+        Err(error) => {
+            tracing::warn!(%error, "the open-files limit could not be raised");
+            rlimit::Resource::NOFILE.get_soft().unwrap_or(u64::MAX)
+        }
+    };
+    match vigil::open_files::fit(
+        config.api.limits,
+        config.api.max_connections_set,
+        limit,
+        config.concurrency,
+    ) {
+        Ok((limits, lowered)) => {
+            if let Some(default) = lowered {
+                tracing::warn!(
+                    open_files = limit,
+                    max_connections = limits.max_connections,
+                    max_event_streams = limits.max_event_streams,
+                    "the open-files limit leaves room for fewer API connections than the \
+                     default {default}: VIGIL_API_MAX_CONNECTIONS lowered to fit (raise the \
+                     limit, or lower CLUSTER_HEALTH_CONCURRENCY)"
+                );
+            }
+            config.api.limits = limits;
+            Ok(())
+        }
+        Err(error) => {
+            tracing::error!("{error}");
+            eprintln!("error: {error}");
+            Err(ExitCode::from(EXIT_SETTINGS))
+        }
     }
 }
 

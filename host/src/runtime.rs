@@ -65,7 +65,10 @@ pub use self::audit::{
 };
 pub use self::cache::CacheStatus;
 pub use self::catalog::{CandidateFailure, FailureStage, PluginState, ProbationPolicy};
-pub use self::egress::{MAX_REQUEST_BODY_BYTES, MAX_RESPONSE_BODY_BYTES};
+pub use self::egress::{
+    MAX_BUFFERED_BYTES_PER_CALL, MAX_DENIED_RECORDED, MAX_REQUEST_BODY_BYTES,
+    MAX_RESPONSE_BODY_BYTES, MAX_WASI_HTTP_IN_FLIGHT,
+};
 pub use self::engine::TICKER_LINGER;
 pub use self::event::PluginEvent;
 pub use self::manifest::{

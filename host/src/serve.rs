@@ -542,17 +542,24 @@ async fn run<P: Prober>(
         metrics: Some(Arc::new(metrics)),
         wake: handle.clone(),
         views: Arc::default(),
+        events: Arc::new(crate::api::EventFeed::new(
+            config.api.limits.max_event_streams,
+        )),
     };
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let limits = config.api.limits;
     let api = tokio::spawn(async move {
         let stopped = async move {
             let _ = stop_rx.wait_for(|stop| *stop).await;
         };
-        axum::serve(listener, crate::api::app(state))
-            .with_graceful_shutdown(stopped)
-            .await
+        crate::api::server::serve(listener, crate::api::app(state), limits, stopped).await;
     });
-    info!(listen = %bound, "REST API listening");
+    info!(
+        listen = %bound,
+        max_connections = limits.max_connections,
+        max_event_streams = limits.max_event_streams,
+        "REST API listening"
+    );
 
     run_discovery(&store, &sources, &handle).await?;
     // Clusters known by now are the ones readiness waits for.
@@ -596,10 +603,8 @@ async fn run<P: Prober>(
     rediscovery.abort();
     // A prune pass is a series of short transactions: stopping between two loses nothing.
     retention.abort();
-    match tokio::time::timeout(API_DRAIN, api).await {
-        Ok(Ok(Err(error))) => warn!(%error, "the REST API stopped with an error"),
-        Ok(_) => {}
-        Err(_) => info!("open API connections closed at shutdown"),
+    if tokio::time::timeout(API_DRAIN, api).await.is_err() {
+        info!("open API connections closed at shutdown");
     }
     store.close().await;
     Ok(stats?)

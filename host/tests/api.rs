@@ -110,6 +110,7 @@ async fn api_with(read_auth: bool) -> Api {
         wake: worker.handle(),
         views: Arc::default(),
         registration_allow: Default::default(),
+        events: Arc::default(),
     };
     Api {
         router: app(state),

@@ -77,6 +77,7 @@ async fn api(access: Access) -> Api {
         wake: worker.handle(),
         views: Arc::default(),
         registration_allow: Default::default(),
+        events: Arc::default(),
     });
     Api {
         router,

@@ -624,6 +624,7 @@ async fn a_credential_header_reference_is_sent_and_never_returned() {
         wake: worker.handle(),
         views: Arc::default(),
         registration_allow: Default::default(),
+        events: Arc::default(),
     };
     let router = app(state);
     let token_ref = format!("file://{}", token_file.display());
@@ -740,6 +741,7 @@ async fn api_over(
         wake: worker.handle(),
         views: Arc::default(),
         registration_allow: Default::default(),
+        events: Arc::default(),
     })
 }
 

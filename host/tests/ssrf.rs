@@ -50,6 +50,7 @@ fn router<P: Prober>(store: &Store, prober: P, rule: AddressRule) -> axum::Route
         wake: worker.handle(),
         views: Arc::default(),
         registration_allow: Arc::new(rule),
+        events: Arc::default(),
     })
 }
 

@@ -20,16 +20,23 @@
 //! connection unless the host it dials, its `Host` header and its TLS server name are all
 //! bound. Neither refusal is the cluster's fault: the call records it as reference
 //! material that cannot be used, so the cluster is `not-probeable`, never failed.
+//!
+//! What a call can make the host hold is bounded: [`MAX_WASI_HTTP_IN_FLIGHT`] `wasi:http`
+//! requests at once, [`MAX_BUFFERED_BYTES_PER_CALL`] bytes of bodies held at once over both
+//! doors, [`MAX_DENIED_RECORDED`] denied destinations in the record. Refusals (denied
+//! requests, requests past a bound, refused credentials calls) are counted and logged once
+//! per call, as one summary line when the call ends.
 
+use std::collections::BTreeMap;
 use std::io::ErrorKind;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 use hyper::{Method, Uri};
 use hyper_util::rt::TokioIo;
@@ -37,6 +44,7 @@ use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
 use sha2::{Digest, Sha256};
 use tokio::net::{TcpSocket, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::TlsConnector;
 use tracing::{debug, warn};
 use wasmtime_wasi_http::{RequestOptions, WasiBody, WasiHttpHooks};
@@ -60,6 +68,23 @@ pub const MAX_REQUEST_BODY_BYTES: usize = 1024 * 1024;
 /// plugin that waits less than this, and less than what is left of the probe's budget, has
 /// shortened the wait itself: the timeout is its own, never the cluster's.
 pub const MIN_CLUSTER_REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The most `wasi:http` requests one call may have in flight (sent and not yet answered
+/// in full); one more fails at once with `internal-error` instead of opening another
+/// connection. The contract's `http` sends one request at a time by its nature.
+pub const MAX_WASI_HTTP_IN_FLIGHT: usize = 8;
+
+/// The most body bytes the host holds at once for one call, requests and responses of
+/// both doors together (a `wasi:http` response counts until the plugin has read or
+/// dropped it). A body that would pass it fails as too large; room for one request and
+/// response of the largest sizes is always there.
+pub const MAX_BUFFERED_BYTES_PER_CALL: usize = 8 * 1024 * 1024;
+
+/// The most distinct denied destinations a call's record keeps (the count goes on).
+pub const MAX_DENIED_RECORDED: usize = 16;
+
+/// The longest detail a refusal summary quotes (a host name, a parameter name).
+const MAX_REFUSAL_DETAIL_BYTES: usize = 256;
 
 /// A host and port a request may go to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,7 +123,7 @@ const MIN_MATCHED_CREDENTIAL: usize = 8;
 
 /// A credential served in this call, and the hosts it may be sent to.
 #[derive(Clone)]
-struct Held {
+struct HeldCredential {
     /// What it is, for messages: `parameter header.Authorization`, `a credential of the
     /// kubeconfig`.
     what: String,
@@ -108,16 +133,16 @@ struct Held {
     bound: Vec<Destination>,
 }
 
-impl std::fmt::Debug for Held {
+impl std::fmt::Debug for HeldCredential {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Held")
+        f.debug_struct("HeldCredential")
             .field("what", &self.what)
             .field("bound", &self.bound)
             .finish_non_exhaustive()
     }
 }
 
-impl Held {
+impl HeldCredential {
     /// Whether one of `texts` (header values, the request target, the body) carries the
     /// value.
     fn carried_by(&self, texts: &[&[u8]]) -> bool {
@@ -162,7 +187,7 @@ struct Shown<'a> {
 /// Why a request carrying a credential may not go where it goes; `None` when it carries
 /// none, or every one it carries is bound to the host it dials, its `Host` header and its
 /// TLS server name.
-fn binding_refusal(held: &[Held], shown: &Shown<'_>) -> Option<String> {
+fn binding_refusal(held: &[HeldCredential], shown: &Shown<'_>) -> Option<String> {
     if held.is_empty() {
         return None;
     }
@@ -353,8 +378,190 @@ impl Learned {
     }
 }
 
-/// What the `wasi:http` requests of a call learned (each with whether it was the cluster's).
-type LateRecord = Mutex<Vec<(Learned, bool)>>;
+impl Learned {
+    /// Folds a later request's lessons into these, as [`Learned::merge_into`] would.
+    fn absorb(&mut self, later: Self) {
+        self.contacted |= later.contacted;
+        self.timed_out |= later.timed_out;
+        self.shortened |= later.shortened;
+        self.auth_rejected = self.auth_rejected.or(later.auth_rejected);
+        self.reference_broken = self.reference_broken.take().or(later.reference_broken);
+        self.host_fault = self.host_fault.take().or(later.host_fault);
+    }
+}
+
+/// What the `wasi:http` requests of a call learned, folded as they end: the cluster's
+/// requests and the others apart, so that a call making many requests holds two records,
+/// not one per request.
+#[derive(Debug, Default)]
+struct LateLearned {
+    cluster: Learned,
+    other: Learned,
+}
+
+impl LateLearned {
+    fn push(&mut self, learned: Learned, cluster: bool) {
+        if cluster {
+            self.cluster.absorb(learned);
+        } else {
+            self.other.absorb(learned);
+        }
+    }
+}
+
+type LateRecord = Mutex<LateLearned>;
+
+/// The body bytes the host holds for one call, against [`MAX_BUFFERED_BYTES_PER_CALL`].
+#[derive(Debug)]
+struct Buffered {
+    used: AtomicUsize,
+    cap: usize,
+}
+
+impl Buffered {
+    fn new(cap: usize) -> Arc<Self> {
+        Arc::new(Self {
+            used: AtomicUsize::new(0),
+            cap,
+        })
+    }
+
+    /// An empty hold on the call's buffer.
+    fn hold(self: &Arc<Self>) -> Held {
+        Held {
+            pool: Arc::clone(self),
+            bytes: 0,
+        }
+    }
+}
+
+/// Bytes held for one request's bodies, given back when dropped.
+#[derive(Debug)]
+struct Held {
+    pool: Arc<Buffered>,
+    bytes: usize,
+}
+
+impl Held {
+    /// Takes `more` bytes from the call's buffer; `false`, taking nothing, when they do
+    /// not fit.
+    fn grow(&mut self, more: usize) -> bool {
+        let taken = self
+            .pool
+            .used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(more)
+                    .filter(|total| *total <= self.pool.cap)
+            });
+        if taken.is_ok() {
+            self.bytes += more;
+        }
+        taken.is_ok()
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.pool.used.fetch_sub(self.bytes, Ordering::AcqRel);
+    }
+}
+
+/// A response body that keeps its bytes' hold on the call's buffer until the plugin has
+/// read it (or dropped the response).
+struct HeldBody {
+    body: Full<Bytes>,
+    _held: Held,
+}
+
+impl hyper::body::Body for HeldBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// Why a body could not be read whole.
+#[derive(Debug)]
+enum Unread {
+    /// Past the body's own limit or the call's buffer.
+    TooLarge,
+    /// The stream failed.
+    Failed(String),
+}
+
+/// Reads a whole body, within `max` bytes and what the call's buffer has left.
+async fn collect_within<B>(body: B, max: usize, held: &mut Held) -> Result<Bytes, Unread>
+where
+    B: hyper::body::Body<Data = Bytes>,
+    B::Error: std::fmt::Display,
+{
+    let mut body = std::pin::pin!(body);
+    let mut bytes = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|error| Unread::Failed(error.to_string()))?;
+        if let Ok(data) = frame.into_data() {
+            if bytes.len() + data.len() > max || !held.grow(data.len()) {
+                return Err(Unread::TooLarge);
+            }
+            bytes.extend_from_slice(&data);
+        }
+    }
+    Ok(Bytes::from(bytes))
+}
+
+/// What a call was refused — denied requests, requests past a bound, refused credentials
+/// calls — counted by kind, so that the log gets one summary line per call however many
+/// times a plugin tries. The kinds are a fixed set of texts, so the tally stays small.
+#[derive(Debug, Default)]
+pub(crate) struct Refusals(Mutex<BTreeMap<&'static str, (u64, String)>>);
+
+impl Refusals {
+    /// Counts one refusal of kind `what`; the first `detail` of each kind is kept.
+    fn note(&self, what: &'static str, detail: &str) {
+        let mut tally = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let entry = tally.entry(what).or_insert_with(|| {
+            let mut end = detail.len().min(MAX_REFUSAL_DETAIL_BYTES);
+            while !detail.is_char_boundary(end) {
+                end -= 1;
+            }
+            (0, detail[..end].to_owned())
+        });
+        entry.0 = entry.0.saturating_add(1);
+    }
+
+    /// The summary line: each kind with its count and first detail; `None` without
+    /// refusals.
+    fn summary(&self) -> Option<String> {
+        let tally = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if tally.is_empty() {
+            return None;
+        }
+        let parts: Vec<String> = tally
+            .iter()
+            .map(|(what, (count, first))| {
+                if first.is_empty() {
+                    format!("{count} × {what}")
+                } else {
+                    format!("{count} × {what} (first: {first})")
+                }
+            })
+            .collect();
+        Some(parts.join("; "))
+    }
+}
 
 /// How far one request got towards its server. The exchange moves it forward; when a
 /// timeout drops the exchange, the stage it reached says whose the timeout was.
@@ -437,6 +644,12 @@ pub(crate) struct Egress {
     pub(crate) policy: EgressPolicy,
     record: CallRecord,
     late: Arc<LateRecord>,
+    /// The call's `wasi:http` requests in flight, at most [`MAX_WASI_HTTP_IN_FLIGHT`].
+    in_flight: Arc<Semaphore>,
+    /// The body bytes held for the call.
+    buffered: Arc<Buffered>,
+    /// What the call was refused, logged as one line when the call ends.
+    refusals: Arc<Refusals>,
     clients: TlsClients,
     deadline: Instant,
     cluster_tls: Option<Arc<ClusterTls>>,
@@ -449,7 +662,7 @@ pub(crate) struct Egress {
     /// Where a cluster request may connect (`VIGIL_REGISTRATION_ALLOW`).
     rule: Arc<AddressRule>,
     /// The credentials served in this call, each with the hosts it may go to.
-    held: Vec<Held>,
+    credentials: Vec<HeldCredential>,
 }
 
 impl std::fmt::Debug for Egress {
@@ -474,6 +687,31 @@ impl Door {
         match self {
             Self::Contract => "http.send",
             Self::WasiHttp => "wasi:http",
+        }
+    }
+
+    /// The refusal of a request without the `http` grant.
+    fn not_granted(self) -> &'static str {
+        match self {
+            Self::Contract => "http.send denied: http is not granted",
+            Self::WasiHttp => "wasi:http denied: http is not granted",
+        }
+    }
+
+    /// The refusal of a request to a host outside the grant.
+    fn outside_grant(self) -> &'static str {
+        match self {
+            Self::Contract => "http.send denied: host outside the plugin's egress grant",
+            Self::WasiHttp => "wasi:http denied: host outside the plugin's egress grant",
+        }
+    }
+}
+
+impl Drop for Egress {
+    /// The call's refusals, as one line when the call ends.
+    fn drop(&mut self) {
+        if let Some(summary) = self.refusals.summary() {
+            warn!(plugin = %self.plugin, "refused during the call: {summary}");
         }
     }
 }
@@ -516,13 +754,16 @@ impl Egress {
             policy,
             record: CallRecord::default(),
             late: Arc::default(),
+            in_flight: Arc::new(Semaphore::new(MAX_WASI_HTTP_IN_FLIGHT)),
+            buffered: Buffered::new(MAX_BUFFERED_BYTES_PER_CALL),
+            refusals: Arc::default(),
             clients,
             deadline,
             cluster_tls,
             served_material: material.cloned().into_iter().collect(),
             served_files: Vec::new(),
             rule,
-            held: Vec::new(),
+            credentials: Vec::new(),
         };
         if let Some(material) = material {
             egress.hold_material(material);
@@ -581,7 +822,7 @@ impl Egress {
         if value.is_empty() {
             return;
         }
-        self.held.push(Held {
+        self.credentials.push(HeldCredential {
             what,
             value: Arc::from(value),
             bound,
@@ -623,13 +864,14 @@ impl Egress {
     /// [`binding_refusal`]): recorded as reference material that cannot be used, and
     /// logged naming the plugin and the credential, never its value.
     fn check_bindings(&mut self, shown: &Shown<'_>) -> Result<(), String> {
-        let Some(refusal) = binding_refusal(&self.held, shown) else {
+        let Some(refusal) = binding_refusal(&self.credentials, shown) else {
             return Ok(());
         };
-        warn!(plugin = %self.plugin, host = %shown.host, port = shown.port, "request refused: {refusal}");
-        self.record
-            .denied
-            .push(format!("{}:{}", shown.host, shown.port));
+        self.refused(
+            "http.send refused: a credential to a host it is not bound to",
+            &refusal,
+        );
+        self.note_denied(format!("{}:{}", shown.host, shown.port));
         self.record
             .reference_broken
             .get_or_insert_with(|| refusal.clone());
@@ -640,10 +882,28 @@ impl Egress {
     pub(crate) fn record(&self) -> CallRecord {
         let mut record = self.record.clone();
         let late = self.late.lock().unwrap_or_else(PoisonError::into_inner);
-        for (learned, cluster) in late.iter() {
-            learned.clone().merge_into(&mut record, *cluster);
-        }
+        late.cluster.clone().merge_into(&mut record, true);
+        late.other.clone().merge_into(&mut record, false);
         record
+    }
+
+    /// Counts a refusal for the call's summary (`what` names the call and why, `detail`
+    /// the host, path or parameter), and logs it alone at debug level. Never a URL,
+    /// which may carry credentials.
+    pub(crate) fn refused(&self, what: &'static str, detail: &str) {
+        debug!(plugin = %self.plugin, detail, "{what}");
+        self.refusals.note(what, detail);
+    }
+
+    /// Counts a denied request in the record, which keeps at most [`MAX_DENIED_RECORDED`]
+    /// distinct destinations.
+    fn note_denied(&mut self, destination: String) {
+        self.record.denied_count = self.record.denied_count.saturating_add(1);
+        if self.record.denied.len() < MAX_DENIED_RECORDED
+            && !self.record.denied.contains(&destination)
+        {
+            self.record.denied.push(destination);
+        }
     }
 
     /// Checks a request against the grant and the destinations, and records it: a
@@ -651,7 +911,7 @@ impl Egress {
     /// credentials) or a request to the cluster.
     fn admit(&mut self, uri: &Uri, door: Door) -> Result<Admitted, Refused> {
         if !self.granted {
-            warn!(plugin = %self.plugin, "{} denied: http is not granted", door.name());
+            self.refused(door.not_granted(), "");
             return Err(Refused::NotGranted);
         }
         let https = match uri.scheme_str().map(str::to_ascii_lowercase).as_deref() {
@@ -661,8 +921,9 @@ impl Egress {
         };
         let (host, port) = host_port(uri).ok_or(Refused::NoHost)?;
         let Some(route) = self.policy.route(&host, port) else {
-            warn!(plugin = %self.plugin, host = %host, port, "{} denied: host outside the plugin's egress grant", door.name());
-            self.record.denied.push(format!("{host}:{port}"));
+            let destination = format!("{host}:{port}");
+            self.refused(door.outside_grant(), &destination);
+            self.note_denied(destination);
             return Err(Refused::Denied { host, port });
         };
         // Where a plugin's requests go, for the operator: the destination only, never the
@@ -788,6 +1049,7 @@ impl http::Host for CallState {
             ],
         };
         egress.check_bindings(&shown).map_err(E::Denied)?;
+        let admitted_host = admitted.host.clone();
         let outgoing = Outgoing {
             method,
             target,
@@ -801,7 +1063,15 @@ impl http::Host for CallState {
         };
         let started = Instant::now();
         let progress = Progress::default();
-        let result = tokio::time::timeout(bound, exchange(outgoing, &progress)).await;
+        let mut held = egress.buffered.hold();
+        if !held.grow(outgoing.body.len()) {
+            egress.refused(
+                "http.send refused: the call's bodies would pass the host's buffer",
+                &outgoing.host,
+            );
+            return Err(E::TooLarge);
+        }
+        let result = tokio::time::timeout(bound, exchange(outgoing, &progress, &mut held)).await;
         let (learned, result) = match result {
             Err(_) => (
                 progress.timed_out(shortened(guest, budget)),
@@ -817,7 +1087,13 @@ impl http::Host for CallState {
                     WireError::Dns(message) => E::Dns(message),
                     WireError::Tls(message) => E::Tls(message),
                     WireError::Protocol(message) => E::Protocol(message),
-                    WireError::TooLarge => E::TooLarge,
+                    WireError::TooLarge => {
+                        egress.refused(
+                            "http.send refused: a response body past the host's limit",
+                            &admitted_host,
+                        );
+                        E::TooLarge
+                    }
                 };
                 (learned, Err(error))
             }
@@ -881,6 +1157,17 @@ impl WasiHttpHooks for Egress {
                 )));
             }
         };
+        let Ok(in_flight) = Arc::clone(&self.in_flight).try_acquire_owned() else {
+            self.refused(
+                "wasi:http refused: more requests in flight than the host allows",
+                &format!("{}:{}", admitted.host, admitted.port),
+            );
+            return Box::new(std::future::ready(SendResult::Err(E::InternalError(Some(
+                format!(
+                    "more than {MAX_WASI_HTTP_IN_FLIGHT} wasi:http requests in flight in one call"
+                ),
+            )))));
+        };
         let budget = admitted.bound;
         // The guest's connect and first-byte timeouts together bound the exchange.
         let guest = options.and_then(|options| {
@@ -898,8 +1185,10 @@ impl WasiHttpHooks for Egress {
             shortened: shortened(guest, budget),
             clients: self.clients.clone(),
             late: Arc::clone(&self.late),
-            plugin: Arc::clone(&self.plugin),
-            held: self.held.clone(),
+            credentials: self.credentials.clone(),
+            held: self.buffered.hold(),
+            refusals: Arc::clone(&self.refusals),
+            _in_flight: in_flight,
         };
         Box::new(send.run(request))
     }
@@ -917,25 +1206,49 @@ struct WasiSend {
     late: Arc<LateRecord>,
     /// Where a cluster request may connect; `None` for an `allowed-hosts` extra.
     rule: Option<Arc<AddressRule>>,
-    plugin: Arc<str>,
     /// The credentials served so far in the call, with their bindings.
-    held: Vec<Held>,
+    credentials: Vec<HeldCredential>,
+    /// The request's hold on the call's buffer; the response body keeps it.
+    held: Held,
+    refusals: Arc<Refusals>,
+    /// The request's place among the call's requests in flight, given back when it ends.
+    _in_flight: OwnedSemaphorePermit,
 }
 
 impl WasiSend {
     async fn run(self, request: hyper::Request<WasiBody>) -> SendResult {
         use wasmtime_wasi_http::Error as E;
-        let cluster = self.admitted.route == Route::Cluster;
-        let late = Arc::clone(&self.late);
-        let bound = self.bound;
-        let shortened = self.shortened;
+        let Self {
+            admitted,
+            bound,
+            shortened,
+            cluster_tls,
+            clients,
+            late,
+            rule,
+            credentials,
+            mut held,
+            refusals,
+            _in_flight,
+        } = self;
+        let cluster = admitted.route == Route::Cluster;
         let progress = Progress::default();
         let incoming = if bound.is_zero() {
             None
         } else {
-            tokio::time::timeout(bound, self.exchange(request, &progress))
-                .await
-                .ok()
+            let exchange = WasiExchange {
+                admitted,
+                cluster_tls,
+                clients,
+                rule,
+                credentials,
+            };
+            tokio::time::timeout(
+                bound,
+                exchange.send(request, &progress, &mut held, &refusals),
+            )
+            .await
+            .ok()
         };
         let (learned, incoming) = match incoming {
             // A zero bound sent nothing: `timed_out` of a request that never started.
@@ -954,11 +1267,14 @@ impl WasiSend {
         };
         late.lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .push((learned, cluster));
+            .push(learned, cluster);
         let incoming = incoming?;
-        let body: WasiBody = Full::new(incoming.body)
-            .map_err(|never| -> E { match never {} })
-            .boxed_unsync();
+        let body: WasiBody = HeldBody {
+            body: Full::new(incoming.body),
+            _held: held,
+        }
+        .map_err(|never| -> E { match never {} })
+        .boxed_unsync();
         let mut response = hyper::Response::new(body);
         *response.status_mut() =
             hyper::StatusCode::from_u16(incoming.status).map_err(|_| E::HttpProtocolError)?;
@@ -967,11 +1283,26 @@ impl WasiSend {
             Box::new(std::future::ready(Ok(())));
         Ok((response, done))
     }
+}
 
-    async fn exchange(
+/// What a `wasi:http` request needs on the wire.
+struct WasiExchange {
+    admitted: Admitted,
+    cluster_tls: Option<Arc<ClusterTls>>,
+    clients: TlsClients,
+    /// Where a cluster request may connect; `None` for an `allowed-hosts` extra.
+    rule: Option<Arc<AddressRule>>,
+    /// The credentials served so far in the call, with their bindings.
+    credentials: Vec<HeldCredential>,
+}
+
+impl WasiExchange {
+    async fn send(
         self,
         request: hyper::Request<WasiBody>,
         progress: &Progress,
+        held: &mut Held,
+        refusals: &Refusals,
     ) -> Result<Incoming, (wasmtime_wasi_http::Error, Teach)> {
         use wasmtime_wasi_http::Error as E;
         let Self {
@@ -979,10 +1310,9 @@ impl WasiSend {
             cluster_tls,
             clients,
             rule,
-            plugin,
-            held,
-            ..
+            credentials,
         } = self;
+        let destination = format!("{}:{}", admitted.host, admitted.port);
         let tls = if admitted.https {
             // The trust of a `wasi:http` request is the host's choice: the kubeconfig's
             // cluster TLS (served from the reference) or the system roots (vigil's own).
@@ -1013,11 +1343,17 @@ impl WasiSend {
             None
         };
         let (parts, body) = request.into_parts();
-        let body = Limited::new(body, MAX_REQUEST_BODY_BYTES)
-            .collect()
+        let body = collect_within(body, MAX_REQUEST_BODY_BYTES, held)
             .await
-            .map_err(|_| (E::HttpRequestBodySize(None), nothing_taught()))?
-            .to_bytes();
+            .map_err(|unread| {
+                if matches!(unread, Unread::TooLarge) {
+                    refusals.note(
+                        "wasi:http refused: a request body past the host's limit or buffer",
+                        &destination,
+                    );
+                }
+                (E::HttpRequestBodySize(None), nothing_taught())
+            })?;
         let target = origin_form(&parts.uri);
         let shown = Shown {
             host: &admitted.host,
@@ -1033,8 +1369,11 @@ impl WasiSend {
             }),
             identity: [None, None],
         };
-        if let Some(refusal) = binding_refusal(&held, &shown) {
-            warn!(plugin = %plugin, host = %admitted.host, port = admitted.port, "request refused: {refusal}");
+        if let Some(refusal) = binding_refusal(&credentials, &shown) {
+            refusals.note(
+                "wasi:http refused: a credential to a host it is not bound to",
+                &refusal,
+            );
             return Err((
                 E::HttpRequestDenied,
                 Box::new(move |learned: &mut Learned| {
@@ -1053,7 +1392,13 @@ impl WasiSend {
             port: admitted.port,
             tls,
         };
-        exchange(outgoing, progress).await.map_err(|error| {
+        exchange(outgoing, progress, held).await.map_err(|error| {
+            if matches!(error, WireError::TooLarge) {
+                refusals.note(
+                    "wasi:http refused: a response body past the host's limit or buffer",
+                    &destination,
+                );
+            }
             let mut taught = Learned::default();
             error.teach(&mut taught);
             let code = match error {
@@ -1307,7 +1652,11 @@ fn lookup_failure(host: &str, error: &std::io::Error, progress: &Progress) -> Wi
 }
 
 /// One request over a fresh connection (a reused one would hide certificate rotation).
-async fn exchange(outgoing: Outgoing, progress: &Progress) -> Result<Incoming, WireError> {
+async fn exchange(
+    outgoing: Outgoing,
+    progress: &Progress,
+    held: &mut Held,
+) -> Result<Incoming, WireError> {
     let Outgoing {
         method,
         host,
@@ -1342,13 +1691,17 @@ async fn exchange(outgoing: Outgoing, progress: &Progress) -> Result<Incoming, W
                 .connect(name, tcp)
                 .await
                 .map_err(|e| WireError::Tls(format!("TLS handshake failed: {e}")))?;
-            send_over(TokioIo::new(stream), request).await
+            send_over(TokioIo::new(stream), request, held).await
         }
-        None => send_over(TokioIo::new(tcp), request).await,
+        None => send_over(TokioIo::new(tcp), request, held).await,
     }
 }
 
-async fn send_over<I>(io: I, request: hyper::Request<Full<Bytes>>) -> Result<Incoming, WireError>
+async fn send_over<I>(
+    io: I,
+    request: hyper::Request<Full<Bytes>>,
+    held: &mut Held,
+) -> Result<Incoming, WireError>
 where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
@@ -1363,17 +1716,14 @@ where
         .await
         .map_err(|e| WireError::Protocol(format!("request failed: {e}")))?;
     let (parts, body) = response.into_parts();
-    let body = Limited::new(body, MAX_RESPONSE_BODY_BYTES)
-        .collect()
+    let body = collect_within(body, MAX_RESPONSE_BODY_BYTES, held)
         .await
-        .map_err(|error| {
-            if error.is::<http_body_util::LengthLimitError>() {
-                WireError::TooLarge
-            } else {
+        .map_err(|unread| match unread {
+            Unread::TooLarge => WireError::TooLarge,
+            Unread::Failed(error) => {
                 WireError::Protocol(format!("reading the body failed: {error}"))
             }
-        })?
-        .to_bytes();
+        })?;
     Ok(Incoming {
         status: parts.status.as_u16(),
         headers: parts.headers,
@@ -1392,11 +1742,13 @@ impl<T> Drop for AbortOnDrop<T> {
 
 #[cfg(test)]
 mod tests {
+    use futures_util::FutureExt as _;
+
     use super::*;
     use crate::reference::SecretBytes;
 
-    fn held(what: &str, value: &str, bound: &[&str]) -> Held {
-        Held {
+    fn held(what: &str, value: &str, bound: &[&str]) -> HeldCredential {
+        HeldCredential {
             what: what.to_owned(),
             value: Arc::from(value.as_bytes()),
             bound: bound.iter().map(|d| Destination::parse(d)).collect(),
@@ -1405,7 +1757,7 @@ mod tests {
 
     /// Whether a request to `host:port` with `headers` and `body` is refused.
     fn refused(
-        held: &[Held],
+        held: &[HeldCredential],
         host: &str,
         port: u16,
         headers: &[(&str, &str)],
@@ -1552,7 +1904,7 @@ mod tests {
             served_kubeconfig: SecretBytes::new(Vec::new()),
         };
         let bound = material_binding(&material);
-        let token = [Held {
+        let token = [HeldCredential {
             what: "a credential of the kubeconfig".to_owned(),
             value: Arc::from(&b"kube-t0ken-abcdef"[..]),
             bound: bound.clone(),
@@ -1576,7 +1928,7 @@ mod tests {
             "{endpoint}"
         );
         // The client key as the TLS identity.
-        let key = [Held {
+        let key = [HeldCredential {
             what: "a credential of the kubeconfig".to_owned(),
             value: Arc::from(&b"-----BEGIN KEY-----k3y"[..]),
             bound,
@@ -1593,5 +1945,133 @@ mod tests {
         };
         assert!(binding_refusal(&key, &shown("10.0.0.2")).is_some());
         assert_eq!(binding_refusal(&key, &shown("10.0.0.1")), None);
+    }
+
+    fn egress(allowed_hosts: &[&str]) -> Egress {
+        let allowed: Vec<String> = allowed_hosts.iter().map(|h| (*h).to_owned()).collect();
+        Egress::new(
+            Arc::from("flood"),
+            true,
+            EgressPolicy::new(&allowed, None),
+            None,
+            TlsClients::new(),
+            Instant::now() + Duration::from_secs(30),
+            Arc::new(AddressRule::default()),
+        )
+    }
+
+    fn wasi_get(url: &str) -> hyper::Request<WasiBody> {
+        hyper::Request::get(url)
+            .body(
+                http_body_util::Empty::<Bytes>::new()
+                    .map_err(|never| match never {})
+                    .boxed_unsync(),
+            )
+            .expect("request")
+    }
+
+    /// Thousands of denied requests: the record keeps a bounded list and the count, and
+    /// the refusals make one summary entry.
+    #[test]
+    fn denials_are_counted_and_the_record_of_them_is_bounded() {
+        let mut egress = egress(&[]);
+        for i in 0..10_000u32 {
+            let port = 1000 + i % 40;
+            let uri: Uri = format!("http://127.0.0.77:{port}/").parse().expect("uri");
+            assert!(matches!(
+                egress.admit(&uri, Door::WasiHttp),
+                Err(Refused::Denied { .. })
+            ));
+        }
+        let record = egress.record();
+        assert_eq!(record.denied_count, 10_000);
+        assert_eq!(record.denied.len(), MAX_DENIED_RECORDED);
+        let summary = egress.refusals.summary().expect("a summary");
+        assert_eq!(
+            summary,
+            "10000 × wasi:http denied: host outside the plugin's egress grant (first: 127.0.0.77:1000)"
+        );
+    }
+
+    /// Past the in-flight bound a `wasi:http` request fails at once, without a connection;
+    /// a request that ends gives its place back.
+    #[tokio::test]
+    async fn wasi_http_requests_in_flight_are_bounded_per_call() {
+        // Nothing listens on port 9 of loopback; the futures below are never polled, so
+        // nothing is dialled at all.
+        let mut egress = egress(&["127.0.0.1:9"]);
+        let mut pending = Vec::new();
+        let mut refused = 0;
+        for _ in 0..20 {
+            let future = egress.send_request(
+                wasi_get("http://127.0.0.1:9/"),
+                None,
+                Box::new(async { Ok(()) }),
+            );
+            let mut future = Box::into_pin(future);
+            match (&mut future).now_or_never() {
+                Some(Err(wasmtime_wasi_http::Error::InternalError(Some(message)))) => {
+                    assert!(message.contains("in flight"), "{message}");
+                    refused += 1;
+                }
+                Some(other) => panic!("expected a refusal, got {:?}", other.err()),
+                None => pending.push(future),
+            }
+        }
+        assert_eq!(
+            (pending.len(), refused),
+            (MAX_WASI_HTTP_IN_FLIGHT, 20 - MAX_WASI_HTTP_IN_FLIGHT)
+        );
+        drop(pending.pop());
+        let future = egress.send_request(
+            wasi_get("http://127.0.0.1:9/"),
+            None,
+            Box::new(async { Ok(()) }),
+        );
+        assert!(
+            Box::into_pin(future).now_or_never().is_none(),
+            "the freed place was not given back"
+        );
+        let summary = egress.refusals.summary().expect("a summary");
+        assert!(
+            summary.starts_with("12 × wasi:http refused: more requests in flight"),
+            "{summary}"
+        );
+    }
+
+    /// The call's buffer: holds add up to the cap, and a dropped hold gives its bytes back.
+    #[test]
+    fn held_bytes_add_up_to_the_cap_and_come_back_when_dropped() {
+        let pool = Buffered::new(100);
+        let mut first = pool.hold();
+        let mut second = pool.hold();
+        assert!(first.grow(60));
+        assert!(!second.grow(41), "past the cap");
+        assert!(second.grow(40));
+        assert!(!first.grow(1));
+        drop(first);
+        assert!(second.grow(60));
+        drop(second);
+        assert_eq!(pool.used.load(Ordering::Acquire), 0);
+    }
+
+    /// A body past what the call's buffer has left is too large, even under its own limit.
+    #[tokio::test]
+    async fn a_body_past_the_calls_buffer_is_too_large() {
+        let pool = Buffered::new(1000);
+        let mut other = pool.hold();
+        assert!(other.grow(900));
+        let mut held = pool.hold();
+        let body = Full::new(Bytes::from(vec![0u8; 200]));
+        assert!(matches!(
+            collect_within(body, 10_000, &mut held).await,
+            Err(Unread::TooLarge)
+        ));
+        drop(other);
+        let body = Full::new(Bytes::from(vec![0u8; 200]));
+        let bytes = collect_within(body, 10_000, &mut held)
+            .await
+            .expect("fits now");
+        assert_eq!((bytes.len(), held.bytes), (200, 200));
     }
 }

@@ -152,8 +152,11 @@ pub struct CallRecord {
     pub cluster_timeout_shortened: bool,
     /// The cluster answered 401 or 403.
     pub auth_rejected: Option<u16>,
-    /// Requests denied by the egress policy, as `host:port`.
+    /// Requests denied by the egress policy, as `host:port`: the first
+    /// `egress::MAX_DENIED_RECORDED` distinct ones.
     pub denied: Vec<String>,
+    /// How many requests the egress policy denied.
+    pub denied_count: u32,
     /// Connection material the host served from the reference (a CA, a client certificate
     /// or key) could not be used, before any connection: what and why.
     pub reference_broken: Option<String>,
@@ -409,7 +412,7 @@ impl credentials::Host for CallState {
         self.check_credentials_grant("read-file")?;
         let Some(material) = self.cluster.as_ref().and_then(|c| c.material.as_ref()) else {
             if let Some(Reference::Secret { .. }) = self.cluster.as_ref().map(|c| &c.reference) {
-                warn!(plugin = %self.plugin, path = %path, "credentials.read-file denied: a kubeconfig from a Secret names no servable file");
+                self.egress.refused("credentials.read-file denied: a kubeconfig from a Secret names no servable file", &path);
                 return Err(E::Denied(format!(
                     "{path}: a kubeconfig in a Secret must be self-contained (inline *-data fields and token); vigil serves no file for it"
                 )));
@@ -429,7 +432,10 @@ impl credentials::Host for CallState {
             .filter_map(|file| resolve_against(&material.kubeconfig, file))
             .any(|file| file == wanted);
         if !allowed {
-            warn!(plugin = %self.plugin, path = %path, "credentials.read-file denied: not a file of the cluster's kubeconfig context");
+            self.egress.refused(
+                "credentials.read-file denied: not a file of the cluster's kubeconfig context",
+                &path,
+            );
             return Err(E::Denied(format!(
                 "{path} is not a file the kubeconfig's context names"
             )));
@@ -456,7 +462,7 @@ impl credentials::Host for CallState {
             ParameterValue::Plain(text) => Ok(text.as_bytes().to_vec()),
             ParameterValue::File(path) => {
                 if !is_under(&path, &self.credential_dirs) {
-                    warn!(plugin = %self.plugin, parameter = %name, path = %path.display(), "credentials.parameter denied: the file is outside the credential directories");
+                    self.egress.refused("credentials.parameter denied: the file is outside the credential directories", &name);
                     return Err(E::Denied(format!(
                         "parameter {name} names a file outside the credential directories"
                     )));
@@ -618,7 +624,8 @@ impl CallState {
         if self.manifest.credentials {
             return Ok(());
         }
-        warn!(plugin = %self.plugin, "credentials.{call} denied: credentials are not granted");
+        self.egress
+            .refused("credentials denied: credentials are not granted", call);
         Err(credentials::CredentialsError::Denied(
             "credentials are not granted to this plugin".to_owned(),
         ))
@@ -639,7 +646,10 @@ impl CallState {
         {
             return Ok(());
         }
-        warn!(plugin = %self.plugin, namespace, "{call} denied: the namespace is not granted");
+        self.egress.refused(
+            "credentials denied: the Secret's namespace is not granted",
+            &format!("{call}: {namespace}"),
+        );
         Err(credentials::CredentialsError::Denied(format!(
             "the Secrets of namespace {namespace} are not granted to this plugin (secret-namespaces in its NAME.toml)"
         )))

@@ -257,6 +257,11 @@ impl vigil::api::PluginCatalog for NoCatalog {
 
 /// The REST API over `store`: no token, a healthy scripted prober, no plugin.
 pub fn router(store: Store) -> axum::Router {
+    router_with_events(store, Arc::default())
+}
+
+/// [`router`] with its event streams sharing `events`.
+pub fn router_with_events(store: Store, events: Arc<vigil::api::EventFeed>) -> axum::Router {
     let settings = settings(60, 2);
     let worker = Worker::new(
         store.clone(),
@@ -275,5 +280,6 @@ pub fn router(store: Store) -> axum::Router {
         wake: worker.handle(),
         views: Arc::default(),
         registration_allow: Default::default(),
+        events,
     })
 }

@@ -22,6 +22,17 @@
 //! - `extra-only`: `GET`s `extra-url`, then claims the cluster failed (`unhealthy`,
 //!   `server-error`). A request to an extra host is not one to the cluster, so the host
 //!   must not believe it.
+//! - `flood`: a plugin that tries to make the host hold without bound. It sends `count`
+//!   (default 64) requests to `foreign-url`, each denied; asks `credentials.parameter`
+//!   for the parameter `outside` `count` times (a file outside the credential
+//!   directories: each refused); then, when `flood-url` is set, starts
+//!   `count` requests to it at once before waiting for any, and keeps every response it
+//!   gets without reading its body. It answers `not-probeable` (`no-plugin`, so that the
+//!   test reads the message) with what it got, as `key=value` words: `denied`,
+//!   `credentials-refused`, `answered`, `in-flight-refused` (the host's bound on requests
+//!   in flight), `too-large` (the host's bound on the bytes it holds for the call),
+//!   `other` and `first-other`. The host must bound the requests in flight and the bytes
+//!   held, and log the refusals once, as a summary.
 
 use std::fmt::Write as _;
 
@@ -30,7 +41,10 @@ use vigil_plugin_sdk::{
     Cluster, PluginInfo, ProbeError, ProbePlugin, ProbeReport, ProbeRequest, ReasonClass,
 };
 use wasip2::http::outgoing_handler;
-use wasip2::http::types::{ErrorCode, Fields, Method, OutgoingRequest, RequestOptions, Scheme};
+use wasip2::http::types::{
+    ErrorCode, Fields, FutureIncomingResponse, IncomingResponse, Method, OutgoingRequest,
+    RequestOptions, Scheme,
+};
 use wasip2::io::streams::StreamError;
 
 /// Where the foreign request goes unless the cluster's `foreign-url` parameter says.
@@ -64,7 +78,7 @@ impl ProbePlugin for WasiHttp {
             "connect-zero" => probe(cluster, Options::ConnectTimeoutZero),
             "extra-only" => {
                 let url = parameter(cluster, "extra-url").unwrap_or(DEFAULT_FOREIGN_URL);
-                let extra = get(url, None, Options::Default);
+                let extra = get(url, None);
                 Ok(ProbeReport::unhealthy(
                     ReasonClass::ServerError,
                     format!(
@@ -74,6 +88,7 @@ impl ProbePlugin for WasiHttp {
                     0,
                 ))
             }
+            "flood" => Err(flood(cluster)),
             _ => policy(cluster),
         }
     }
@@ -84,9 +99,9 @@ vigil_plugin_sdk::register!(WasiHttp);
 /// The `policy` mode.
 fn policy(cluster: &Cluster) -> Result<ProbeReport, ProbeError> {
     let foreign_url = parameter(cluster, "foreign-url").unwrap_or(DEFAULT_FOREIGN_URL);
-    let foreign = get(foreign_url, None, Options::Default);
+    let foreign = get(foreign_url, None);
     let own = cluster_get(cluster, Options::Default)?;
-    let extra = parameter(cluster, "extra-url").map(|url| get(url, None, Options::Default));
+    let extra = parameter(cluster, "extra-url").map(|url| get(url, None));
 
     let foreign_denied = matches!(foreign, Err(ErrorCode::HttpRequestDenied));
     let own_ok = matches!(own, Ok((200, _)));
@@ -114,6 +129,60 @@ fn policy(cluster: &Cluster) -> Result<ProbeReport, ProbeError> {
         report = report.with_detail("extra", describe(extra));
     }
     Ok(report)
+}
+
+/// The `flood` mode.
+fn flood(cluster: &Cluster) -> ProbeError {
+    let count: usize = parameter(cluster, "count")
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(64);
+    let foreign_url = parameter(cluster, "foreign-url").unwrap_or(DEFAULT_FOREIGN_URL);
+    let denied = (0..count)
+        .filter(|_| matches!(get(foreign_url, None), Err(ErrorCode::HttpRequestDenied)))
+        .count();
+    // A credential reference is kept out of `cluster.parameters`: ask for it blind.
+    let credentials_refused = (0..count)
+        .filter(|_| {
+            matches!(
+                credentials::parameter("outside"),
+                Err(CredentialsError::Denied(_))
+            )
+        })
+        .count();
+    let (mut answered, mut in_flight, mut too_large, mut other) = (0, 0, 0, 0);
+    let mut first_other = String::new();
+    // Kept unread until the end, so that the host holds their bodies meanwhile.
+    let mut kept = Vec::new();
+    if let Some(url) = parameter(cluster, "flood-url") {
+        let started: Vec<_> = (0..count).map(|_| start(url, None)).collect();
+        for future in started {
+            match future.and_then(|future| wait(&future)) {
+                Ok(response) => {
+                    answered += 1;
+                    kept.push(response);
+                }
+                Err(ErrorCode::InternalError(Some(message))) if message.contains("in flight") => {
+                    in_flight += 1;
+                }
+                Err(ErrorCode::HttpResponseBodySize(_)) => too_large += 1,
+                Err(error) => {
+                    other += 1;
+                    if first_other.is_empty() {
+                        first_other = format!("{error:?}");
+                    }
+                }
+            }
+        }
+    }
+    drop(kept);
+    ProbeError::not_probeable(
+        ReasonClass::NoPlugin,
+        format!(
+            "denied={denied} credentials-refused={credentials_refused} answered={answered} \
+             in-flight-refused={in_flight} too-large={too_large} other={other} \
+             first-other={first_other}"
+        ),
+    )
 }
 
 /// The `probe` and `connect-zero` modes.
@@ -156,7 +225,7 @@ fn cluster_get(
         value
     });
     let url = format!("{}/version", cluster.endpoint.trim_end_matches('/'));
-    Ok(get(&url, bearer.as_deref(), options))
+    Ok(get_with(&url, bearer.as_deref(), options))
 }
 
 /// The request options a `GET` passes to the outgoing handler.
@@ -177,11 +246,54 @@ fn parameter<'a>(cluster: &'a Cluster, name: &str) -> Option<&'a str> {
 }
 
 /// One `GET` through `wasi:http`: the status and up to [`MAX_BODY`] bytes of the body.
-fn get(
+fn get(url: &str, authorization: Option<&[u8]>) -> Result<(u16, Vec<u8>), ErrorCode> {
+    get_with(url, authorization, Options::Default)
+}
+
+/// [`get`] with request options.
+fn get_with(
     url: &str,
     authorization: Option<&[u8]>,
     options: Options,
 ) -> Result<(u16, Vec<u8>), ErrorCode> {
+    let future = start_with(url, authorization, options)?;
+    let response = wait(&future)?;
+    let internal = |what: &str| ErrorCode::InternalError(Some(what.to_owned()));
+    let status = response.status();
+    let body = response.consume().map_err(|()| internal("body"))?;
+    let stream = body.stream().map_err(|()| internal("body stream"))?;
+    let mut bytes = Vec::new();
+    while bytes.len() < MAX_BODY {
+        match stream.blocking_read(16 * 1024) {
+            Ok(chunk) => bytes.extend_from_slice(&chunk),
+            Err(StreamError::Closed) => break,
+            Err(StreamError::LastOperationFailed(_)) => return Err(internal("body read")),
+        }
+    }
+    Ok((status, bytes))
+}
+
+/// Waits for a started request's response (its head; the body is not read).
+fn wait(future: &FutureIncomingResponse) -> Result<IncomingResponse, ErrorCode> {
+    let internal = |what: &str| ErrorCode::InternalError(Some(what.to_owned()));
+    future.subscribe().block();
+    future
+        .get()
+        .ok_or_else(|| internal("not ready after block"))?
+        .map_err(|()| internal("taken twice"))?
+}
+
+/// Starts one `GET` through `wasi:http` without waiting for it.
+fn start(url: &str, authorization: Option<&[u8]>) -> Result<FutureIncomingResponse, ErrorCode> {
+    start_with(url, authorization, Options::Default)
+}
+
+/// [`start`] with request options.
+fn start_with(
+    url: &str,
+    authorization: Option<&[u8]>,
+    options: Options,
+) -> Result<FutureIncomingResponse, ErrorCode> {
     let invalid = || ErrorCode::HttpRequestUriInvalid;
     let (scheme, rest) = url.split_once("://").ok_or_else(invalid)?;
     let scheme = match scheme {
@@ -224,24 +336,7 @@ fn get(
             Some(options)
         }
     };
-    let future = outgoing_handler::handle(request, options)?;
-    future.subscribe().block();
-    let response = future
-        .get()
-        .ok_or_else(|| internal("not ready after block"))?
-        .map_err(|()| internal("taken twice"))??;
-    let status = response.status();
-    let body = response.consume().map_err(|()| internal("body"))?;
-    let stream = body.stream().map_err(|()| internal("body stream"))?;
-    let mut bytes = Vec::new();
-    while bytes.len() < MAX_BODY {
-        match stream.blocking_read(16 * 1024) {
-            Ok(chunk) => bytes.extend_from_slice(&chunk),
-            Err(StreamError::Closed) => break,
-            Err(StreamError::LastOperationFailed(_)) => return Err(internal("body read")),
-        }
-    }
-    Ok((status, bytes))
+    outgoing_handler::handle(request, options)
 }
 
 /// The reason class of a `wasi:http` error, as a probe reports it.
