@@ -21,7 +21,7 @@ use super::views::{
     AuditView, ClusterPage, ClusterView, EventPage, PolicyBody, ProbedByView, RenderedPage,
 };
 use super::{ApiState, PageQuery, ProbeNowError, location, newest_first_page, page_size};
-use crate::reference::{Reference, lies_under};
+use crate::reference::{self, Reference, lies_under};
 use crate::store::{ClusterFilter, ClusterPatch, ClusterSource, NewCluster, PageEntry};
 use crate::worker::{Probed, wall_clock};
 
@@ -87,10 +87,19 @@ fn check_endpoint(endpoint: &str) -> Result<(), Problem> {
     }
 }
 
-/// A file reference or a `file:///` parameter must lie under the credential roots.
-fn check_reference(state: &ApiState, field: &str, text: &str) -> Result<(), Problem> {
+/// A file reference or a `file:///` parameter must lie under the credential roots. The
+/// reference's text as stored: a file path lexically normalised (`..` refused; where it
+/// really lies is checked at every open).
+fn check_reference(state: &ApiState, field: &str, text: &str) -> Result<String, Problem> {
     let reference = Reference::parse(text)
         .map_err(|e| Problem::invalid(field, format!("invalid reference: {e}")))?;
+    let reference = reference::normalised(reference).map_err(|e| {
+        Problem::new(
+            ProblemKind::ReferenceNotAllowed,
+            format!("the kubeconfig file reference is not allowed: {e}"),
+        )
+        .field(field)
+    })?;
     if let Reference::File { path, .. } = &reference
         && !lies_under(Path::new(path), &state.credential_roots)
     {
@@ -100,7 +109,7 @@ fn check_reference(state: &ApiState, field: &str, text: &str) -> Result<(), Prob
         )
         .field(field));
     }
-    Ok(())
+    Ok(reference.to_string())
 }
 
 fn check_parameters(
@@ -116,6 +125,17 @@ fn check_parameters(
             ));
         }
         if let Some(path) = value.strip_prefix("file://") {
+            // `%2e` is a `.` once the plugin runtime decodes the path.
+            if path
+                .split('/')
+                .any(|component| component.to_ascii_lowercase().replace("%2e", ".") == "..")
+            {
+                return Err(Problem::new(
+                    ProblemKind::ReferenceNotAllowed,
+                    "a file:/// parameter must not contain `..` components (give the file's own path)",
+                )
+                .field(field));
+            }
             if !path.starts_with('/') || !lies_under(Path::new(path), &state.credential_roots) {
                 return Err(Problem::new(
                     ProblemKind::ReferenceNotAllowed,
@@ -350,7 +370,7 @@ async fn register_cluster(
 ) -> Result<Response, Problem> {
     check_name("body.name", &body.name)?;
     check_endpoint(&body.endpoint)?;
-    check_reference(
+    let reference = check_reference(
         &state,
         "body.kubeconfig_secret_ref",
         &body.kubeconfig_secret_ref,
@@ -365,7 +385,7 @@ async fn register_cluster(
     let cluster = NewCluster {
         name: body.name,
         endpoint: body.endpoint,
-        reference: body.kubeconfig_secret_ref,
+        reference,
         plugin: body.plugin,
         parameters: body.parameters,
         labels: body.labels,
