@@ -357,6 +357,56 @@ async fn a_plugin_directory_others_can_write_is_refused_with_the_reason() {
     assert_eq!(runtime.plugins().len(), 3);
 }
 
+/// A read-only mount (a Kubernetes ConfigMap volume) is trusted whatever its modes; the
+/// same files on a writable mount are not. Run with the binary in a private mount
+/// namespace (`unshare -m`: root ignores file modes, and mounting needs a namespace of
+/// its own), on a tmpfs remounted read-only.
+#[test]
+fn a_read_only_mount_is_trusted_whatever_its_modes() {
+    let temp = tempfile::tempdir().expect("tempdir");
+    let plugins = temp.path().join("plugins");
+    std::fs::create_dir(&plugins).expect("mount point");
+    let kube = temp.path().join("config");
+    std::fs::write(
+        &kube,
+        kubeconfig("https://127.0.0.1:9").replace("tokenFile: token", "token: t"),
+    )
+    .expect("kubeconfig");
+    let script = r#"set -e
+mount -t tmpfs tmpfs "$1"
+cp "$2" "$1/noop.wasm"
+chmod 777 "$1"
+chmod 666 "$1/noop.wasm"
+"$3" probe c || true
+mount -o remount,ro "$1"
+echo "--- read-only"
+"$3" probe c || true
+"#;
+    let output = std::process::Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c", script, "sh"])
+        .arg(&plugins)
+        .arg(plugins::plugin_file("noop"))
+        .arg(env!("CARGO_BIN_EXE_vigil"))
+        .env("KUBECONFIG_PATH", &kube)
+        .env("VIGIL_PLUGIN_DIR", &plugins)
+        .env(
+            "DATABASE_URL",
+            format!("sqlite://{}", temp.path().join("absent.db").display()),
+        )
+        .env("VIGIL_CACHE_DIR", temp.path().join("cache"))
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("unshare runs");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{output:?}");
+    let (writable, read_only) = text.split_once("--- read-only").expect("both probes ran");
+    assert!(
+        writable.contains("no-plugin") && !writable.contains("healthy"),
+        "{writable}"
+    );
+    assert!(read_only.contains("healthy"), "{read_only}");
+}
+
 /// Everything written through `tracing` while it is set, as text without colours.
 #[derive(Clone, Default)]
 struct Captured(Arc<Mutex<Vec<u8>>>);
