@@ -18,6 +18,12 @@ use crate::worker::{ProbeTarget, error_chain, resolve_target, wall_clock};
 pub trait Auditor: Send + Sync + 'static {
     /// Audits one cluster once, within `target.timeout`.
     fn audit(&self, target: &ProbeTarget) -> impl Future<Output = AuditResult> + Send;
+
+    /// Where the kubeconfig files of file references may really lie, as
+    /// [`crate::worker::Prober::credential_roots`]; `None` bounds nothing.
+    fn credential_roots(&self) -> Option<Arc<[std::path::PathBuf]>> {
+        None
+    }
 }
 
 /// How audits are scheduled.
@@ -125,7 +131,7 @@ pub async fn audit_cluster<A: Auditor>(
     cluster: &ClusterRecord,
     timeout: Duration,
 ) -> AuditResult {
-    let mut target = match resolve_target(cluster, timeout).await {
+    let mut target = match resolve_target(cluster, timeout, auditor.credential_roots()).await {
         Ok(target) => target,
         Err(outcome) => {
             return AuditResult::Failed {

@@ -255,6 +255,12 @@ pub enum SourceProblem {
     /// The path exists but is not a regular file; it was not opened (a FIFO would block).
     #[error("not a regular file but {0}")]
     NotRegularFile(&'static str),
+    /// The file really lies (after its symbolic links) outside the places credential
+    /// files may lie; it was opened but not read.
+    #[error(
+        "its real path, after symbolic links, lies outside KUBECONFIG_PATH's files, KUBECONFIG_DIR and VIGIL_CREDENTIAL_DIRS"
+    )]
+    OutsideCredentialRoots,
     /// The operating system refused to read the file (permissions, symlink loop, I/O error).
     #[error("cannot be read: {0}")]
     Unreadable(String),
@@ -602,15 +608,27 @@ fn load_dir_entry(path: &Path) -> Result<Option<Kubeconfig>, SourceProblem> {
 /// block the open), caps the size, and leaves relative paths in the file untouched (resolution
 /// resolves them against the file's directory as kubectl does).
 pub(crate) fn load_kubeconfig(path: &Path) -> Result<Kubeconfig, SourceProblem> {
+    load_kubeconfig_checked(path, |_| Ok(()))
+}
+
+/// [`load_kubeconfig`], with `check` run on the opened file before a byte of it is read
+/// (reference resolution checks there where the file really lies).
+pub(crate) fn load_kubeconfig_checked(
+    path: &Path,
+    check: impl FnOnce(&File) -> Result<(), SourceProblem>,
+) -> Result<Kubeconfig, SourceProblem> {
     let metadata = fs::metadata(path).map_err(|error| metadata_problem(path, &error))?;
     check_regular(&metadata)?;
     if metadata.len() > MAX_KUBECONFIG_BYTES {
         return Err(SourceProblem::TooLarge);
     }
-    let file = File::open(path).map_err(|error| read_problem(&error))?;
+    // Opened without blocking: a FIFO put in the file's place after the check above would
+    // block a plain open until some writer came.
+    let file = crate::reference::open_nonblocking(path).map_err(|error| read_problem(&error))?;
     // The path may have been replaced between the check and the open; what was opened counts.
     let opened = file.metadata().map_err(|error| read_problem(&error))?;
     check_regular(&opened)?;
+    check(&file)?;
     let mut bytes = Vec::new();
     file.take(MAX_KUBECONFIG_BYTES + 1)
         .read_to_end(&mut bytes)

@@ -202,17 +202,34 @@ impl fmt::Display for Resolution {
     }
 }
 
-/// Resolves a reference on the host.
+/// Resolves a reference on the host, wherever its kubeconfig lies (the command-line
+/// tools, which read what the operator names). The engine uses [`resolve_under`].
 ///
 /// A file reference is read now (blocking I/O; async callers use `spawn_blocking`): its
 /// context, cluster and user are looked up as kubectl does, inline data is decoded, and every
 /// file it names is checked to exist. `secret://` and `http(s)://` references are
 /// [`Resolution::Delegated`].
-#[tracing::instrument(level = "debug", skip_all, fields(reference = %reference))]
 pub fn resolve(reference: &Reference) -> Resolution {
+    resolve_bounded(reference, None)
+}
+
+/// [`resolve`], reading a kubeconfig file only when the file actually opened — after
+/// every symbolic link, checked on the open file itself — lies under the real path of one
+/// of `roots` (`KUBECONFIG_PATH`'s files, `KUBECONFIG_DIR`, `VIGIL_CREDENTIAL_DIRS`).
+///
+/// Why the real path: a reference is checked by name when it is registered, but a link
+/// inside an allowed directory could point anywhere. Why at every open: a Kubernetes
+/// Secret volume swaps its `..data` link to rotate its files, so the real path changes
+/// while the reference does not — and stays inside the volume.
+pub fn resolve_under(reference: &Reference, roots: &[PathBuf]) -> Resolution {
+    resolve_bounded(reference, Some(roots))
+}
+
+#[tracing::instrument(level = "debug", skip_all, fields(reference = %reference))]
+fn resolve_bounded(reference: &Reference, roots: Option<&[PathBuf]>) -> Resolution {
     match reference {
         Reference::File { path, context } => {
-            match resolve_file(Path::new(path), context.as_deref()) {
+            match resolve_file(Path::new(path), context.as_deref(), roots) {
                 Ok(material) => Resolution::Connection(Box::new(material)),
                 // Every message names the file first, in the words the guest SDK's `select`
                 // uses after it (the kubeconfig-file plugin writes `kubeconfig PATH: …` too), so
@@ -243,8 +260,15 @@ fn broken(message: String) -> NotProbeable {
 fn resolve_file(
     kubeconfig: &Path,
     context: Option<&str>,
+    roots: Option<&[PathBuf]>,
 ) -> Result<ConnectionMaterial, NotProbeable> {
-    let config = discovery::load_kubeconfig(kubeconfig).map_err(|problem| match problem {
+    let config = discovery::load_kubeconfig_checked(kubeconfig, |file| match roots {
+        Some(roots) if !opened_under(file, kubeconfig, roots) => {
+            Err(SourceProblem::OutsideCredentialRoots)
+        }
+        _ => Ok(()),
+    })
+    .map_err(|problem| match problem {
         // Nothing is known about the file: vigil could not look.
         SourceProblem::OutOfResources(_) => NotProbeable {
             class: ReasonClass::HostFault,
@@ -552,6 +576,8 @@ fn file_material(
 }
 
 /// Checks that a file named by a kubeconfig exists, is a regular file and can be opened.
+/// The file is opened without blocking (a FIFO put in its place after the check
+/// would block a plain open) and its type checked again on what was opened.
 fn check_file(path: &Path, field: &str, owner: &str) -> Result<(), NotProbeable> {
     let shown = path.display();
     let metadata = fs::metadata(path).map_err(|error| match error.kind() {
@@ -568,11 +594,112 @@ fn check_file(path: &Path, field: &str, owner: &str) -> Result<(), NotProbeable>
             "the {field} file {shown} of {owner} is not a regular file"
         )));
     }
-    fs::File::open(path).map(drop).map_err(|error| {
+    open_regular(path).map(drop).map_err(|error| {
         broken(format!(
             "the {field} file {shown} of {owner} cannot be read: {error}"
         ))
     })
+}
+
+/// Opens `path` for reading without ever blocking on the open: with `O_NONBLOCK`, which
+/// a FIFO honours (a plain open of a FIFO waits for a writer) and a regular file ignores.
+/// Check the opened file's type before reading ([`open_regular`] does).
+pub fn open_nonblocking(path: &Path) -> io::Result<fs::File> {
+    let mut options = fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        options.custom_flags(rustix::fs::OFlags::NONBLOCK.bits().cast_signed());
+    }
+    options.open(path)
+}
+
+/// Opens a regular file for reading, refusing anything else (a FIFO, a device, a socket,
+/// a directory) before a byte is read, so that no read can block on it.
+pub fn open_regular(path: &Path) -> io::Result<fs::File> {
+    let file = open_nonblocking(path)?;
+    let file_type = file.metadata()?.file_type();
+    if file_type.is_file() {
+        return Ok(file);
+    }
+    Err(io::Error::other(if file_type.is_dir() {
+        "it is a directory, not a regular file"
+    } else {
+        "it is not a regular file (a FIFO, a device or a socket)"
+    }))
+}
+
+/// The real path of a file opened from `path`: what the kernel opened, after every
+/// symbolic link (`/proc/self/fd`), else `path` canonicalised.
+pub fn real_path_of(file: &fs::File, path: &Path) -> io::Result<PathBuf> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd as _;
+        if let Ok(real) = fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
+            && real.is_absolute()
+        {
+            return Ok(real);
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = file;
+    fs::canonicalize(path)
+}
+
+/// Whether the file opened from `path` lies, by its real path, under the real path of one
+/// of `roots` (a root that does not exist holds nothing).
+pub fn opened_under(file: &fs::File, path: &Path, roots: &[PathBuf]) -> bool {
+    let Ok(real) = real_path_of(file, path) else {
+        return false;
+    };
+    roots
+        .iter()
+        .filter_map(|root| fs::canonicalize(root).ok())
+        .any(|root| real.starts_with(root))
+}
+
+/// Why a kubeconfig path given to vigil is not stored.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PathRefused {
+    /// The path has a `..` component: whether it climbs out of an allowed directory
+    /// depends on the links it passes, so it is refused rather than guessed.
+    #[error("the path must not contain `..` components (give the file's own path)")]
+    ParentComponent,
+    /// The path is not absolute.
+    #[error("the path must be absolute")]
+    Relative,
+}
+
+/// An absolute path as vigil stores it: `.` components and repeated `/` dropped, `..`
+/// refused. Lexical only (nothing is read): the real path is checked at every open.
+pub fn normalised_path(path: &str) -> Result<String, PathRefused> {
+    let path = Path::new(path);
+    if !path.is_absolute() {
+        return Err(PathRefused::Relative);
+    }
+    let mut normal = PathBuf::new();
+    for component in path.components() {
+        match component {
+            Component::CurDir => {}
+            Component::ParentDir => return Err(PathRefused::ParentComponent),
+            other => normal.push(other),
+        }
+    }
+    // The input was a `str`, and only whole components were dropped.
+    Ok(normal.to_string_lossy().into_owned())
+}
+
+/// A reference as vigil stores it: a file reference's path [`normalised_path`], every
+/// other reference as parsed.
+pub fn normalised(reference: Reference) -> Result<Reference, PathRefused> {
+    match reference {
+        Reference::File { path, context } => Ok(Reference::File {
+            path: normalised_path(&path)?,
+            context,
+        }),
+        other => Ok(other),
+    }
 }
 
 /// `path` with `.` and `..` resolved by name, made absolute against the working

@@ -32,6 +32,7 @@ mod engine;
 mod event;
 mod manifest;
 mod outcome;
+mod plugin_dir;
 mod sandbox;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -154,6 +155,12 @@ pub enum Refusal {
     /// The file cannot be read.
     #[error("cannot be read: {0}")]
     Unreadable(String),
+    /// The file, its `NAME.toml` or the plugin directory can be changed by a user other
+    /// than vigil's own or root: loading it would hand that user vigil's grants.
+    #[error(
+        "is not loaded: {0}; only vigil's user and root may be able to change the plugin directory and its files"
+    )]
+    Untrusted(String),
     /// The file is not WebAssembly at all.
     #[error("is not a WebAssembly component")]
     NotWasm,
@@ -199,7 +206,7 @@ impl Refusal {
     /// The stage of loading at which a file was refused.
     pub fn stage(&self) -> FailureStage {
         match self {
-            Self::Unreadable(_) => FailureStage::Read,
+            Self::Unreadable(_) | Self::Untrusted(_) => FailureStage::Read,
             Self::NotWasm | Self::CoreModule | Self::Invalid(_) => FailureStage::Compile,
             Self::UnsupportedVersion { .. } | Self::WrongWorld { .. } => FailureStage::World,
             Self::Link(_) => FailureStage::Link,
@@ -614,16 +621,35 @@ impl PluginRuntime {
         let mut report = ReloadReport::default();
         let files = list_plugin_files(&self.inner.plugin_dir)?;
         let present: BTreeSet<&str> = files.iter().map(|(name, _)| name.as_str()).collect();
+        // Checked at every reload: what serves was loaded while it was trusted, but
+        // nothing new is loaded from a directory others can write to.
+        let dir_trusted = plugin_dir::check_dir(&self.inner.plugin_dir);
 
         for (name, file) in &files {
             let read = read_candidate(file);
-            let content = read.as_ref().ok().map(|(_, _, content)| content.clone());
+            let mut content = read.as_ref().ok().map(|(_, _, content)| content.clone());
             if let Some(content) = &content
                 && self.catalog().is_unchanged(name, content)
             {
                 report.unchanged.push(name.clone());
                 continue;
             }
+            let trusted = dir_trusted.clone().and_then(|()| {
+                let manifest = file.with_extension("toml");
+                plugin_dir::check_file(file).and_then(|()| match manifest.try_exists() {
+                    Ok(false) => Ok(()),
+                    _ => plugin_dir::check_file(&manifest),
+                })
+            });
+            let read = match trusted {
+                Ok(()) => read,
+                Err(why) => {
+                    // Not remembered as a failed content: once the modes are fixed, the
+                    // same files load at the next reload.
+                    content = None;
+                    Err(Refusal::Untrusted(why))
+                }
+            };
             let generation = self.catalog().open_candidate(name);
             let loaded = match read {
                 Ok((manifest, bytes, content)) => {
@@ -1066,6 +1092,10 @@ impl Prober for PluginRuntime {
 
     async fn probe_attributed(&self, target: &ProbeTarget) -> Probed {
         self.probe_routed(target).await
+    }
+
+    fn credential_roots(&self) -> Option<Arc<[PathBuf]>> {
+        Some(Arc::clone(&self.inner.credential_dirs))
     }
 }
 

@@ -83,6 +83,13 @@ impl Prober for EngineProber {
             Self::None(none) => none.probe_attributed(target).await,
         }
     }
+
+    fn credential_roots(&self) -> Option<Arc<[std::path::PathBuf]>> {
+        match self {
+            Self::Plugins(runtime) => Prober::credential_roots(runtime),
+            Self::None(_) => None,
+        }
+    }
 }
 
 impl Auditor for EngineProber {
@@ -94,6 +101,10 @@ impl Auditor for EngineProber {
             };
         };
         audit_result(runtime.audit(target, target.timeout).await)
+    }
+
+    fn credential_roots(&self) -> Option<Arc<[std::path::PathBuf]>> {
+        Prober::credential_roots(self)
     }
 }
 

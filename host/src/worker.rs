@@ -74,6 +74,13 @@ pub trait Prober: Send + Sync + 'static {
             }
         }
     }
+
+    /// Where the kubeconfig files of file references may really lie: every file the host
+    /// opens for one is checked on its real path ([`reference::resolve_under`]). The
+    /// default, `None`, bounds nothing: only the plugin runtime serves files to plugins.
+    fn credential_roots(&self) -> Option<Arc<[std::path::PathBuf]>> {
+        None
+    }
 }
 
 /// An outcome and the plugin generation that produced it, if a plugin answered.
@@ -575,7 +582,7 @@ async fn probe_cluster<P: Prober>(
     timeout: Duration,
     grace: Duration,
 ) -> Probed {
-    let target = match resolve_target(cluster, timeout).await {
+    let target = match resolve_target(cluster, timeout, prober.credential_roots()).await {
         Ok(target) => target,
         Err(outcome) => return Probed::host(outcome),
     };
@@ -593,11 +600,13 @@ async fn probe_cluster<P: Prober>(
 }
 
 /// The target a plugin is handed for `cluster`: its reference parsed and, for a file
-/// reference, resolved on the host (off the async threads); or the outcome that says
-/// why there is nothing to hand over.
+/// reference, resolved on the host (off the async threads, its kubeconfig under `roots`
+/// when given, within the probe's `timeout`); or the outcome that says why there is
+/// nothing to hand over.
 pub(crate) async fn resolve_target(
     cluster: &ClusterRecord,
     timeout: Duration,
+    roots: Option<Arc<[std::path::PathBuf]>>,
 ) -> Result<ProbeTarget, ProbeOutcome> {
     let reference = match Reference::parse(&cluster.kubeconfig_secret_ref) {
         Ok(reference) => reference,
@@ -609,13 +618,27 @@ pub(crate) async fn resolve_target(
         }
     };
     let resolving = reference.clone();
-    let resolution = match tokio::task::spawn_blocking(move || reference::resolve(&resolving)).await
-    {
-        Ok(resolution) => resolution,
-        Err(error) => {
+    let resolve = tokio::task::spawn_blocking(move || match roots {
+        Some(roots) => reference::resolve_under(&resolving, &roots),
+        None => reference::resolve(&resolving),
+    });
+    // A file system that does not answer (a hung network mount) must not hold the worker's
+    // slot past the probe's deadline; the blocking read itself cannot be cancelled.
+    let resolution = match tokio::time::timeout(timeout, resolve).await {
+        Ok(Ok(resolution)) => resolution,
+        Ok(Err(error)) => {
             return Err(ProbeOutcome::Inconclusive {
                 class: ReasonClass::HostFault,
                 message: format!("resolving the reference failed: {error}"),
+            });
+        }
+        Err(_) => {
+            return Err(ProbeOutcome::Inconclusive {
+                class: ReasonClass::HostFault,
+                message: format!(
+                    "reading the reference's files did not finish within the probe's {}s timeout",
+                    timeout.as_secs()
+                ),
             });
         }
     };

@@ -802,6 +802,18 @@ async fn bad_input_is_a_4xx_naming_the_field_and_writes_nothing() {
             "reference-not-allowed",
             "body.kubeconfig_secret_ref",
         ),
+        // `..` is refused even where, by name, it stays inside: through a link it could
+        // lead anywhere.
+        (
+            json!({ "name": "c", "endpoint": "https://127.0.0.1:1", "kubeconfig_secret_ref": format!("{}/link/../c.yaml#c", api.sandbox.kubeconfigs().display()) }),
+            "reference-not-allowed",
+            "body.kubeconfig_secret_ref",
+        ),
+        (
+            json!({ "name": "c", "endpoint": "https://127.0.0.1:1", "kubeconfig_secret_ref": reference, "parameters": { "token": format!("file://{}/link/%2E%2e/token", api.sandbox.kubeconfigs().display()) } }),
+            "reference-not-allowed",
+            "body.parameters.token",
+        ),
         (
             json!({ "name": "c", "endpoint": "https://127.0.0.1:1", "kubeconfig_secret_ref": "relative.yaml" }),
             "invalid-request",
@@ -985,6 +997,25 @@ impl Api {
         )
         .await
     }
+}
+
+/// A kubeconfig file reference is stored as its path normalised by name: `.` components
+/// and repeated slashes dropped, the context kept.
+#[tokio::test]
+async fn a_file_reference_is_stored_normalised() {
+    let api = api().await;
+    let dir = api.sandbox.kubeconfigs();
+    let reply = api
+        .post(
+            "/api/v1/clusters",
+            json!({ "name": "c", "endpoint": "https://127.0.0.1:1",
+                    "kubeconfig_secret_ref": format!("{}/.//c.yaml#c", dir.display()) }),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+    assert_eq!(reply.body["reference"], api.reference("c"));
+    let stored = api.store.cluster("c").await.expect("stored");
+    assert_eq!(stored.kubeconfig_secret_ref, api.reference("c"));
 }
 
 #[tokio::test]

@@ -45,11 +45,16 @@ fn shipped_manifest() -> String {
 }
 
 async fn load(plugins: &Path) -> PluginRuntime {
+    load_under(plugins, Vec::new()).await
+}
+
+/// [`load`], with the credential directories the engine reads kubeconfigs under.
+async fn load_under(plugins: &Path, credential_dirs: Vec<PathBuf>) -> PluginRuntime {
     let (runtime, report) = PluginRuntime::load(&RuntimeSettings {
         plugin_dir: plugins.to_path_buf(),
         cache_dir: None,
         concurrency: 4,
-        credential_dirs: Vec::new(),
+        credential_dirs,
         secrets: None,
         registration_allow: Default::default(),
     })
@@ -553,7 +558,12 @@ async fn drain_blocked_follows_the_fixtures_through_the_engine() {
     use vigil_decision::{ClusterStatus, ConditionType, ProbeOutcome};
 
     let temp = tempfile::tempdir().expect("tempdir");
-    let runtime = load(&plugin_dir(temp.path(), &shipped_manifest())).await;
+    // The engine reads a kubeconfig only under its credential directories.
+    let runtime = load_under(
+        &plugin_dir(temp.path(), &shipped_manifest()),
+        vec![temp.path().join("kube")],
+    )
+    .await;
     let auditor = EngineProber::Plugins(runtime);
     let (fleet, targets) = fleet(
         vec![clean().yaml()],

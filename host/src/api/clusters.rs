@@ -22,7 +22,7 @@ use super::views::{
 };
 use super::{ApiState, PageQuery, ProbeNowError, location, newest_first_page, page_size};
 use crate::address_rule::SETTING;
-use crate::reference::{Reference, lies_under};
+use crate::reference::{self, Reference, lies_under};
 use crate::runtime::{OPERATOR_PARAMETER_PREFIX, is_operator_parameter};
 use crate::store::{ClusterFilter, ClusterPatch, ClusterSource, NewCluster, PageEntry};
 use crate::worker::{Probed, wall_clock};
@@ -122,13 +122,22 @@ fn is_http_url(value: &str) -> bool {
 }
 
 /// A file reference or a `file:///` parameter must lie under the credential roots; an
-/// `http(s)://` reference inside `VIGIL_REGISTRATION_ALLOW`.
-fn check_reference(state: &ApiState, field: &str, text: &str) -> Result<(), Problem> {
+/// `http(s)://` reference inside `VIGIL_REGISTRATION_ALLOW`. The reference's text as
+/// stored: a file path lexically normalised (`..` refused; where it really lies is
+/// checked at every open).
+fn check_reference(state: &ApiState, field: &str, text: &str) -> Result<String, Problem> {
     let reference = Reference::parse(text)
         .map_err(|e| Problem::invalid(field, format!("invalid reference: {e}")))?;
     if let Reference::Http { url } = &reference {
         check_destination(state, field, "the reference's host", url)?;
     }
+    let reference = reference::normalised(reference).map_err(|e| {
+        Problem::new(
+            ProblemKind::ReferenceNotAllowed,
+            format!("the kubeconfig file reference is not allowed: {e}"),
+        )
+        .field(field)
+    })?;
     if let Reference::File { path, .. } = &reference
         && !lies_under(Path::new(path), &state.credential_roots)
     {
@@ -138,7 +147,7 @@ fn check_reference(state: &ApiState, field: &str, text: &str) -> Result<(), Prob
         )
         .field(field));
     }
-    Ok(())
+    Ok(reference.to_string())
 }
 
 fn check_parameters(
@@ -165,6 +174,17 @@ fn check_parameters(
             check_destination(state, &field, "the parameter's host", value)?;
         }
         if let Some(path) = value.strip_prefix("file://") {
+            // `%2e` is a `.` once the plugin runtime decodes the path.
+            if path
+                .split('/')
+                .any(|component| component.to_ascii_lowercase().replace("%2e", ".") == "..")
+            {
+                return Err(Problem::new(
+                    ProblemKind::ReferenceNotAllowed,
+                    "a file:/// parameter must not contain `..` components (give the file's own path)",
+                )
+                .field(field));
+            }
             if !path.starts_with('/') || !lies_under(Path::new(path), &state.credential_roots) {
                 return Err(Problem::new(
                     ProblemKind::ReferenceNotAllowed,
@@ -409,7 +429,7 @@ async fn register_cluster(
         "the endpoint's host",
         &body.endpoint,
     )?;
-    check_reference(
+    let reference = check_reference(
         &state,
         "body.kubeconfig_secret_ref",
         &body.kubeconfig_secret_ref,
@@ -424,7 +444,7 @@ async fn register_cluster(
     let cluster = NewCluster {
         name: body.name,
         endpoint: body.endpoint,
-        reference: body.kubeconfig_secret_ref,
+        reference,
         plugin: body.plugin,
         parameters: body.parameters,
         labels: body.labels,

@@ -274,14 +274,26 @@ impl CallState {
     }
 
     /// Re-emits the guest's captured stdout and stderr through `tracing`, tagged with
-    /// the plugin's name, one event per line.
+    /// the plugin's name, one event per line, control characters escaped — only with the
+    /// `log` grant, as `log.write`, and within the same count of lines per call.
     pub(crate) fn emit_guest_output(&self) {
+        let mut emitted = self.log_lines;
         for (stream, pipe) in [("stdout", &self.stdout), ("stderr", &self.stderr)] {
             let bytes = pipe.contents();
             if bytes.is_empty() {
                 continue;
             }
+            if !self.manifest.log {
+                debug!(plugin = %self.plugin, stream, bytes = bytes.len(), "guest output dropped: log is not granted");
+                continue;
+            }
             for line in String::from_utf8_lossy(&bytes).lines() {
+                emitted = emitted.saturating_add(1);
+                if emitted > MAX_LOG_LINES_PER_CALL {
+                    warn!(plugin = %self.plugin, stream, "guest output: more than {MAX_LOG_LINES_PER_CALL} lines in one call, dropping the rest");
+                    return;
+                }
+                let line = escape_controls(truncate(line, MAX_LOG_MESSAGE_BYTES));
                 info!(plugin = %self.plugin, stream, "{line}");
             }
         }
@@ -335,7 +347,9 @@ impl log::Host for CallState {
             }
             return;
         }
-        let message = truncate(&message, MAX_LOG_MESSAGE_BYTES);
+        // Escaped, so that a line of the guest's stays one line of vigil's log: a newline
+        // in it cannot forge a second record, nor an escape sequence rewrite the terminal.
+        let message = escape_controls(truncate(&message, MAX_LOG_MESSAGE_BYTES));
         let plugin = &*self.plugin;
         match level {
             log::Level::Trace => trace!(plugin, "{message}"),
@@ -370,6 +384,24 @@ fn truncate(text: &str, max: usize) -> &str {
         end -= 1;
     }
     &text[..end]
+}
+
+/// `text` with every control character (C0, DEL, C1) and the Unicode line and paragraph
+/// separators written as Rust escapes (`\n`, `\r`, `\u{1b}`…).
+pub(crate) fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
+    let escaped = |c: char| c.is_control() || matches!(c, '\u{2028}' | '\u{2029}');
+    if !text.chars().any(escaped) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if escaped(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 type CredentialsResult = Result<Vec<u8>, credentials::CredentialsError>;
@@ -426,10 +458,23 @@ impl credentials::Host for CallState {
                 "{path} is not a path the kubeconfig names"
             )));
         };
+        let kubeconfig = material.kubeconfig.clone();
+        // The kubeconfig file itself holds every context's credentials, so it is never
+        // served, whatever name reaches it (a link, a hard link, another spelling of its
+        // path): `credentials.kubeconfig` serves the selected context alone. By name here;
+        // on the file actually opened in `read_checked`.
+        if resolve_against(&kubeconfig, &kubeconfig).is_some_and(|own| own == wanted) {
+            warn!(plugin = %self.plugin, path = %path, "credentials.read-file denied: it is the kubeconfig file itself");
+            return Err(E::Denied(format!(
+                "{path}: {}",
+                ReadRefused::KubeconfigItself
+            )));
+        }
         let allowed = material
             .files()
             .iter()
-            .filter_map(|file| resolve_against(&material.kubeconfig, file))
+            .filter(|file| **file != kubeconfig)
+            .filter_map(|file| resolve_against(&kubeconfig, file))
             .any(|file| file == wanted);
         if !allowed {
             self.egress.refused(
@@ -440,7 +485,17 @@ impl credentials::Host for CallState {
                 "{path} is not a file the kubeconfig's context names"
             )));
         }
-        let bytes = read_bounded(self.remaining(), &wanted).await?;
+        let rule = ReadRule {
+            not_the_file: Some(kubeconfig),
+            under: None,
+        };
+        let bytes = match read_bounded(self.remaining(), &wanted, rule).await {
+            Err(E::Denied(message)) => {
+                warn!(plugin = %self.plugin, path = %path, "credentials.read-file denied: {message}");
+                return Err(E::Denied(message));
+            }
+            other => other?,
+        };
         self.egress.note_served(&bytes);
         Ok(bytes)
     }
@@ -467,7 +522,22 @@ impl credentials::Host for CallState {
                         "parameter {name} names a file outside the credential directories"
                     )));
                 }
-                let bytes = read_bounded(self.remaining(), &path).await?;
+                // By name the file lies inside; the file actually opened must too (a link
+                // inside a credential directory may point anywhere).
+                let rule = ReadRule {
+                    not_the_file: None,
+                    under: Some(Arc::clone(&self.credential_dirs)),
+                };
+                let bytes = match read_bounded(self.remaining(), &path, rule).await {
+                    Err(E::Denied(message)) => {
+                        self.egress.refused(
+                            "credentials.parameter denied: the file opened lies outside the credential directories",
+                            &name,
+                        );
+                        return Err(E::Denied(format!("parameter {name}: {message}")));
+                    }
+                    other => other?,
+                };
                 self.egress.hold_parameter(
                     &name,
                     CredentialSource::File(&path),
@@ -761,26 +831,69 @@ fn is_under(path: &Path, roots: &[PathBuf]) -> bool {
     })
 }
 
+#[cfg(unix)]
+fn same_identity(a: &std::fs::Metadata, b: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    a.dev() == b.dev() && a.ino() == b.ino()
+}
+
+#[cfg(not(unix))]
+fn same_identity(_a: &std::fs::Metadata, _b: &std::fs::Metadata) -> bool {
+    false
+}
+
+/// What a credential file read checks on the file it opened, before reading a byte.
+#[derive(Debug, Default)]
+struct ReadRule {
+    /// The opened file must not be this one (the kubeconfig, for `read-file`).
+    not_the_file: Option<PathBuf>,
+    /// The opened file's real path must lie under one of these (for `file:///` parameters).
+    under: Option<Arc<[PathBuf]>>,
+}
+
+/// Why a credential file read refused the file it opened; carried in an `io::Error`.
+#[derive(Debug, thiserror::Error)]
+enum ReadRefused {
+    /// The file opened is the kubeconfig.
+    #[error(
+        "the file is the kubeconfig file itself, which may hold other contexts' credentials; credentials.kubeconfig serves the selected context"
+    )]
+    KubeconfigItself,
+    /// The file opened really lies outside the credential directories.
+    #[error("the file really lies (after symbolic links) outside the credential directories")]
+    Outside,
+    /// Not a regular file.
+    #[error("{0}")]
+    NotRegular(String),
+}
+
 /// Reads a credential file, bounded in size and in time (host calls are not interrupted
-/// by epochs). A free function: the store state is not `Sync`, so the future must not
-/// hold a reference to it.
+/// by epochs), after `rule`'s checks on the file opened. A free function: the store
+/// state is not `Sync`, so the future must not hold a reference to it.
 ///
 /// Opening, sizing and reading happen in one blocking task: each hand-off to tokio's
 /// blocking pool wakes a thread, which is most of what reading a small file costs.
-async fn read_bounded(remaining: Duration, path: &Path) -> CredentialsResult {
+async fn read_bounded(remaining: Duration, path: &Path, rule: ReadRule) -> CredentialsResult {
     use credentials::CredentialsError as E;
     let bound = remaining.min(CREDENTIAL_READ_TIMEOUT);
     let owned = path.to_path_buf();
-    let read = tokio::task::spawn_blocking(move || read_capped(&owned));
+    let read = tokio::task::spawn_blocking(move || read_checked(&owned, &rule));
     match tokio::time::timeout(bound, read).await {
         Ok(Ok(Ok(bytes))) => Ok(bytes),
         Ok(Ok(Err(error))) if error.kind() == std::io::ErrorKind::NotFound => {
             Err(E::NotFound(format!("{} does not exist", path.display())))
         }
-        Ok(Ok(Err(error))) => Err(E::Invalid(format!(
-            "cannot read {}: {error}",
-            path.display()
-        ))),
+        Ok(Ok(Err(error))) => {
+            let refused = error
+                .get_ref()
+                .and_then(|inner| inner.downcast_ref::<ReadRefused>());
+            let shown = path.display();
+            Err(match refused {
+                Some(ReadRefused::NotRegular(why)) => E::Invalid(format!("{shown}: {why}")),
+                Some(refused) => E::Denied(format!("{shown}: {refused}")),
+                None => E::Invalid(format!("cannot read {shown}: {error}")),
+            })
+        }
         Ok(Err(_)) => Err(E::Invalid(format!(
             "reading {} failed in the host",
             path.display()
@@ -793,12 +906,49 @@ async fn read_bounded(remaining: Duration, path: &Path) -> CredentialsResult {
     }
 }
 
+/// [`read_capped`] after `rule`'s checks on the file opened. Blocking.
+fn read_checked(path: &Path, rule: &ReadRule) -> std::io::Result<Vec<u8>> {
+    let file = open_credential_file(path)?;
+    if let Some(kubeconfig) = &rule.not_the_file {
+        let opened = file.metadata()?;
+        let is_kubeconfig = std::fs::metadata(kubeconfig)
+            .is_ok_and(|kubeconfig| same_identity(&opened, &kubeconfig))
+            || reference::real_path_of(&file, path)
+                .is_ok_and(|real| std::fs::canonicalize(kubeconfig).is_ok_and(|k| k == real));
+        if is_kubeconfig {
+            return Err(std::io::Error::other(ReadRefused::KubeconfigItself));
+        }
+    }
+    if let Some(roots) = &rule.under
+        && !reference::opened_under(&file, path, roots)
+    {
+        return Err(std::io::Error::other(ReadRefused::Outside));
+    }
+    read_opened(file)
+}
+
+/// Opens a credential file without blocking, refusing a FIFO, a device, a socket or a
+/// directory before any read.
+fn open_credential_file(path: &Path) -> std::io::Result<std::fs::File> {
+    reference::open_regular(path).map_err(|error| match error.kind() {
+        std::io::ErrorKind::Other => {
+            std::io::Error::other(ReadRefused::NotRegular(error.to_string()))
+        }
+        _ => error,
+    })
+}
+
 /// A file's bytes, refused when larger than [`MAX_CREDENTIAL_FILE_BYTES`] (also when it
-/// grows past it while being read). Blocking.
+/// grows past it while being read), or when it is not a regular file. Blocking.
+#[cfg(test)]
 fn read_capped(path: &Path) -> std::io::Result<Vec<u8>> {
+    read_opened(open_credential_file(path)?)
+}
+
+/// An opened file's bytes, capped at [`MAX_CREDENTIAL_FILE_BYTES`]. Blocking.
+fn read_opened(file: std::fs::File) -> std::io::Result<Vec<u8>> {
     use std::io::Read as _;
     let too_large = || std::io::Error::other("too large");
-    let file = std::fs::File::open(path)?;
     let size = file.metadata()?.len();
     if size > MAX_CREDENTIAL_FILE_BYTES {
         return Err(too_large());
@@ -949,6 +1099,114 @@ mod tests {
         assert!(is_credential_reference("file:///x"));
         assert!(is_credential_reference("secret://ns/n"));
         assert!(!is_credential_reference("x"));
+    }
+
+    #[test]
+    fn control_characters_in_guest_lines_are_escaped() {
+        let check = |text: &str, expected: &str| {
+            assert_eq!(escape_controls(text), expected, "{text:?}");
+        };
+        check("plain text, ünïcode", "plain text, ünïcode");
+        check(
+            "ok\n2026-01-01T00:00:00Z  INFO vigil: forged",
+            "ok\\n2026-01-01T00:00:00Z  INFO vigil: forged",
+        );
+        check("a\rb\tc", "a\\rb\\tc");
+        check("\u{1b}[2Jcleared", "\\u{1b}[2Jcleared");
+        check("x\u{85}y\u{2028}z", "x\\u{85}y\\u{2028}z");
+    }
+
+    #[test]
+    fn credential_files_that_are_not_regular_are_refused_without_blocking() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fifo = dir.path().join("fifo");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("mkfifo runs");
+        assert!(made.success());
+        // A plain open of a FIFO waits for a writer: in a thread of its own, so that a
+        // read that blocked fails the test instead of hanging it.
+        let (done, answer) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = done.send(read_capped(&fifo).map_err(|error| error.to_string()));
+        });
+        let error = answer
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the read returned")
+            .expect_err("a FIFO is refused");
+        assert!(error.contains("not a regular file"), "{error}");
+        let error = read_capped(dir.path()).expect_err("a directory is refused");
+        assert!(error.to_string().contains("directory"), "{error}");
+    }
+
+    fn refusal(result: std::io::Result<Vec<u8>>) -> Option<String> {
+        match result {
+            Ok(_) => None,
+            Err(error) => Some(
+                error
+                    .get_ref()
+                    .and_then(|inner| inner.downcast_ref::<ReadRefused>())
+                    .map_or_else(|| format!("io: {error}"), ToString::to_string),
+            ),
+        }
+    }
+
+    #[test]
+    fn the_kubeconfig_file_itself_is_never_read_whatever_the_name() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let kubeconfig = dir.path().join("config");
+        std::fs::write(&kubeconfig, b"kind: Config\n").expect("write");
+        std::fs::write(dir.path().join("ca.crt"), b"pem").expect("write");
+        std::os::unix::fs::symlink(&kubeconfig, dir.path().join("link")).expect("symlink");
+        std::fs::hard_link(&kubeconfig, dir.path().join("hard")).expect("hard link");
+        let rule = ReadRule {
+            not_the_file: Some(kubeconfig),
+            under: None,
+        };
+        let read = |name: &str| read_checked(&dir.path().join(name), &rule);
+        assert_eq!(read("ca.crt").expect("another file is read"), b"pem");
+        for name in ["config", "link", "hard", "./config"] {
+            let refused = refusal(read(name)).expect("refused");
+            assert!(
+                refused.contains("kubeconfig file itself"),
+                "{name}: {refused}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_parameter_file_is_read_only_where_it_really_lies() {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let volume = temp.path().join("volume");
+        let outside = temp.path().join("outside");
+        std::fs::create_dir_all(volume.join("..2026_a")).expect("dirs");
+        std::fs::create_dir_all(volume.join("..2026_b")).expect("dirs");
+        std::fs::create_dir_all(&outside).expect("dirs");
+        std::fs::write(volume.join("..2026_a/token"), b"first").expect("write");
+        std::fs::write(volume.join("..2026_b/token"), b"second").expect("write");
+        std::fs::write(outside.join("secret"), b"not yours").expect("write");
+        let link = |target: &str, name: &str| {
+            std::os::unix::fs::symlink(target, volume.join(name)).expect("symlink");
+        };
+        link("..2026_a", "..data");
+        link("..data/token", "token");
+        link(&outside.join("secret").to_string_lossy(), "escape");
+        let rule = ReadRule {
+            not_the_file: None,
+            under: Some(Arc::from([volume.clone()])),
+        };
+        let token = volume.join("token");
+        assert_eq!(read_checked(&token, &rule).expect("read"), b"first");
+        // The kubelet's rotation: a new `..data` link renamed over the old one.
+        link("..2026_b", "..data_tmp");
+        std::fs::rename(volume.join("..data_tmp"), volume.join("..data")).expect("rotate");
+        assert_eq!(read_checked(&token, &rule).expect("read"), b"second");
+        let refused = refusal(read_checked(&volume.join("escape"), &rule)).expect("refused");
+        assert!(
+            refused.contains("outside the credential directories"),
+            "{refused}"
+        );
     }
 
     #[test]

@@ -2,14 +2,18 @@
 //! name. It reads its own kubeconfig (`credentials.kubeconfig()`, which must work), then asks
 //! `credentials.read-file` for a sibling file in the same directory three ways: by its bare
 //! name (which the host would resolve against the kubeconfig's directory), by its absolute
-//! path, and through `../DIR/NAME`. Every one of the three must be refused with `denied` —
-//! not `not-found`, which would tell the plugin whether the file exists.
+//! path, and through `../DIR/NAME`; then its own kubeconfig file itself, by its absolute path
+//! and by its bare name (the file may hold other contexts' credentials: only
+//! `credentials.kubeconfig`, the selected context alone, serves it). Every one of the five
+//! must be refused with `denied` — not `not-found`, which would tell the plugin whether the
+//! file exists.
 //!
 //! The sibling's file name is the cluster parameter `sibling` (default `sibling-config`).
 //! The probe sends no request. It returns `healthy` only if its own read worked and all three
 //! sibling reads were denied; otherwise `unhealthy` (`plugin-fault`), which the host downgrades
 //! to `inconclusive` since no request was sent. Either way the report's message and details
-//! (`own`, `by-name`, `by-absolute-path`, `by-traversal`) say what each read returned, e.g.
+//! (`own`, `by-name`, `by-absolute-path`, `by-traversal`, `kubeconfig-by-path`,
+//! `kubeconfig-by-name`) say what each read returned, e.g.
 //! `denied`, `not-found`, `read 1234 bytes`.
 
 use vigil_plugin_sdk::credentials::{self, CredentialsError};
@@ -53,7 +57,7 @@ impl ProbePlugin for Sibling {
             .iter()
             .find(|(name, _)| name == "sibling")
             .map_or(DEFAULT_SIBLING, |(_, value)| value.as_str());
-        let dir = path.rsplit_once('/').map_or("", |(dir, _)| dir);
+        let (dir, own_name) = path.rsplit_once('/').unwrap_or(("", path.as_str()));
         let dir_name = dir.rsplit_once('/').map_or(dir, |(_, name)| name);
 
         let own = credentials::kubeconfig();
@@ -67,6 +71,8 @@ impl ProbePlugin for Sibling {
                 "by-traversal",
                 credentials::read_file(&format!("../{dir_name}/{sibling}")),
             ),
+            ("kubeconfig-by-path", credentials::read_file(&path)),
+            ("kubeconfig-by-name", credentials::read_file(own_name)),
         ];
 
         let own_ok = own.is_ok();
