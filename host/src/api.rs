@@ -401,12 +401,11 @@ async fn readyz(State(state): State<ApiState>) -> Response {
         reasons.push("the database does not answer".to_owned());
     }
     if let Some(failure) = &write_failure {
-        // The store's errors name tables and operations, never a credential.
         reasons.push(format!(
-            "store writes failing since {} ({} probe results not written): {}",
+            "store writes failing since {} ({} results not written): {}; the log has the error",
             rfc3339(failure.since),
             failure.failures,
-            failure.error
+            failure.reason
         ));
     }
     if !discovered {

@@ -233,6 +233,30 @@ fn held(holds: &Holds) -> std::sync::MutexGuard<'_, HashMap<ClusterId, Hold>> {
     holds.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// What a failed write was, for operators who only see `/readyz`: the SQLite result
+/// codes an operator can act on, else a general phrase.
+fn write_failure_reason(error: &StoreError) -> &'static str {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(cause) = source {
+        if let Some(sqlx::Error::Database(database)) = cause.downcast_ref::<sqlx::Error>() {
+            // SQLite's extended result codes keep the primary code in their low byte.
+            let primary = database
+                .code()
+                .and_then(|code| code.parse::<i64>().ok())
+                .map(|code| code & 0xff);
+            return match primary {
+                Some(13) => "the database's disk is full",
+                Some(8) => "the database is read-only",
+                Some(10) => "the database's disk fails (I/O error)",
+                Some(5 | 6) => "the database stays locked",
+                _ => "the database refused the write",
+            };
+        }
+        source = cause.source();
+    }
+    "the database could not be written"
+}
+
 /// How long a cluster is held back after `failures` failed writes in a row: its
 /// interval, doubling with each failure, at most [`WRITE_BACKOFF_MAX_INTERVALS`].
 fn write_backoff(interval: Duration, failures: u32) -> Duration {
@@ -254,8 +278,9 @@ pub struct WriteFailure {
     pub since: Timestamp,
     /// How many failed.
     pub failures: u64,
-    /// The latest error, with its causes.
-    pub error: String,
+    /// What the latest failure was, in words that name no table, query or path (the log
+    /// has the error itself).
+    pub reason: &'static str,
 }
 
 impl StoreWrites {
@@ -271,7 +296,7 @@ impl StoreWrites {
         *state = Some(WriteFailure {
             since,
             failures,
-            error: error_chain(error),
+            reason: write_failure_reason(error),
         });
     }
 
