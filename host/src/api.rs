@@ -105,6 +105,17 @@ pub enum ProbeNowError {
     /// The worker (or another API call) is probing it right now.
     #[error("a probe of cluster `{0}` is already running; try again when it ends")]
     InProgress(String),
+    /// The probes on demand take up their share of the concurrency bound.
+    #[error(
+        "too many probes are running to probe cluster `{cluster}` now; try again in {}s",
+        retry_after.as_secs()
+    )]
+    Busy {
+        /// The cluster asked for.
+        cluster: String,
+        /// When to try again (`Retry-After`).
+        retry_after: std::time::Duration,
+    },
     /// The database failed.
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
@@ -139,6 +150,8 @@ pub struct Readiness {
     /// Latched once every cluster that was UNKNOWN and unprobed at start-up has been
     /// probed (a status persisted from before counts as known).
     pub caught_up: AtomicBool,
+    /// Whether the store takes the probes' results (the worker's own record).
+    pub writes: Arc<crate::worker::StoreWrites>,
 }
 
 impl Readiness {
@@ -222,6 +235,13 @@ impl<P: crate::worker::Prober> ProbeNow for crate::worker::OnDemand<P> {
                     Err(ProbeNowError::NotFound(cluster.to_owned()))
                 }
                 Err(OnDemandError::InProgress(name)) => Err(ProbeNowError::InProgress(name)),
+                Err(OnDemandError::Busy {
+                    cluster,
+                    retry_after,
+                }) => Err(ProbeNowError::Busy {
+                    cluster,
+                    retry_after,
+                }),
                 Err(OnDemandError::Store(error)) => Err(ProbeNowError::Store(error)),
             }
         })
@@ -358,33 +378,59 @@ struct Ready {
     ready: bool,
     /// The database answers.
     database: bool,
+    /// The database takes the probes' results: false from a failed write (a full disk, a
+    /// database that refuses writes) until one succeeds again.
+    store_writes: bool,
     /// The first discovery finished.
     discovered: bool,
     /// The clusters overdue at start-up have been probed.
     caught_up: bool,
     /// Whether the mass-failure brake holds.
     brake_holding: bool,
+    /// Why vigil is not ready, one line each; empty when it is.
+    reasons: Vec<String>,
 }
 
-/// Ready when the database answers, discovery has run, and the clusters overdue at
-/// start-up have been probed. Reports the brake.
+/// Ready when the database answers and takes the probes' results, discovery has run, and
+/// the clusters overdue at start-up have been probed; otherwise `reasons` says why.
+/// Reports the brake.
 #[utoipa::path(get, path = "/readyz", tag = "health",
     responses(
         (status = 200, description = "Ready", body = Ready),
-        (status = 503, description = "Not ready yet", body = Ready),
+        (status = 503, description = "Not ready, and why", body = Ready),
     ))]
 async fn readyz(State(state): State<ApiState>) -> Response {
     let brake = state.store.brake_state().await;
+    let database = brake.is_ok();
+    let discovered = state.readiness.discovered.load(Ordering::Acquire);
+    let caught_up = state.readiness.caught_up(&state.store).await;
+    let write_failure = state.readiness.writes.failing();
+    let mut reasons = Vec::new();
+    if !database {
+        reasons.push("the database does not answer".to_owned());
+    }
+    if let Some(failure) = &write_failure {
+        reasons.push(format!(
+            "store writes failing since {} ({} results not written): {}; the log has the error",
+            rfc3339(failure.since),
+            failure.failures,
+            failure.reason
+        ));
+    }
+    if !discovered {
+        reasons.push("the first discovery has not finished".to_owned());
+    }
+    if discovered && !caught_up {
+        reasons.push("clusters overdue at start-up are still being probed".to_owned());
+    }
     let ready = Ready {
-        database: brake.is_ok(),
-        discovered: state.readiness.discovered.load(Ordering::Acquire),
-        caught_up: state.readiness.caught_up(&state.store).await,
+        ready: reasons.is_empty(),
+        database,
+        store_writes: write_failure.is_none(),
+        discovered,
+        caught_up,
         brake_holding: brake.is_ok_and(|b| b.verdict.holds()),
-        ready: false,
-    };
-    let ready = Ready {
-        ready: ready.database && ready.discovered && ready.caught_up,
-        ..ready
+        reasons,
     };
     let status = if ready.ready {
         axum::http::StatusCode::OK

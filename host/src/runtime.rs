@@ -473,6 +473,41 @@ impl Routes {
     }
 }
 
+/// Why a plugin gave no answer to `accepts`. Never remembered as an answer.
+#[derive(Debug, Clone)]
+struct AcceptsFault {
+    /// The plugin asked.
+    plugin: String,
+    /// Whether vigil could not run the call (no instance from the pool), rather than the
+    /// plugin failing in it (a trap, a memory limit, its deadline).
+    host: bool,
+    /// What happened.
+    message: String,
+}
+
+impl AcceptsFault {
+    /// The probe's outcome when no other plugin accepted: `inconclusive`, the plugin's
+    /// fault or vigil's own, never the cluster's.
+    fn outcome(&self) -> ProbeOutcome {
+        let class = if self.host {
+            ReasonClass::HostFault
+        } else {
+            ReasonClass::PluginFault
+        };
+        // The first line only: a trap's message goes on with its backtrace, which the
+        // log has.
+        let what = self.message.lines().next().unwrap_or_default();
+        let what: String = what.chars().take(300).collect();
+        ProbeOutcome::Inconclusive {
+            class,
+            message: format!(
+                "plugin {}: accepts failed: {what}; it is asked again at the next probe",
+                self.plugin
+            ),
+        }
+    }
+}
+
 /// A digest of what `accepts` is shown of `target` (apart from the plugin's own
 /// parameter defaults, fixed for a generation): two targets with the same digest get the
 /// same answer from a plugin generation.
@@ -856,10 +891,21 @@ impl PluginRuntime {
         }
         let shown = accepts_fingerprint(target);
         let routing = self.catalog().routing();
+        // A plugin whose `accepts` failed does not take the cluster this time, but the
+        // probe must not then say that no plugin takes it: when nothing else accepted,
+        // the failure is the outcome, and it says nothing about the cluster.
+        let mut failed = None;
         for plugin in routing.iter().filter(|p| !p.is_audit()) {
-            if self.routed_accepts(plugin, target, shown).await {
-                return Ok(Arc::clone(plugin));
+            match self.routed_accepts(plugin, target, shown).await {
+                Ok(true) => return Ok(Arc::clone(plugin)),
+                Ok(false) => {}
+                Err(fault) => {
+                    failed.get_or_insert(fault);
+                }
             }
+        }
+        if let Some(fault) = failed {
+            return Err(fault.outcome());
         }
         Err(ProbeOutcome::NotProbeable {
             class: ReasonClass::NoPlugin,
@@ -872,64 +918,88 @@ impl PluginRuntime {
 
     /// Whether `plugin` accepts `target`, which it is shown as `shown`
     /// ([`accepts_fingerprint`]): the answer remembered for the cluster and the plugin's
-    /// generation, else asked and remembered.
+    /// generation, else asked and, if the plugin answered, remembered. A failure to
+    /// answer is not remembered: `accepts` is asked again at the next probe.
     async fn routed_accepts(
         &self,
         plugin: &LoadedPlugin,
         target: &ProbeTarget,
         shown: u64,
-    ) -> bool {
+    ) -> Result<bool, AcceptsFault> {
         let key = (Arc::clone(&plugin.name), plugin.summary.generation);
         let cached = self
             .routes()
             .cached(target.cluster, shown, &key, Instant::now());
         if let Some(accepts) = cached {
-            return accepts;
+            return Ok(accepts);
         }
-        let accepts = self.accepts(plugin, target).await;
+        let accepts = self.accepts(plugin, target).await?;
         self.routes()
             .remember(target.cluster, shown, key, accepts, Instant::now());
-        accepts
+        Ok(accepts)
     }
 
-    /// Asks `plugin` (of either world) whether it accepts `target`; a plugin that fails to
-    /// answer does not.
-    async fn accepts(&self, plugin: &LoadedPlugin, target: &ProbeTarget) -> bool {
+    /// Asks `plugin` (of either world) whether it accepts `target`: its answer, or why it
+    /// gave none (a trap, its deadline, or an instance vigil could not make).
+    async fn accepts(
+        &self,
+        plugin: &LoadedPlugin,
+        target: &ProbeTarget,
+    ) -> Result<bool, AcceptsFault> {
         plugin.accepts.fetch_add(1, Ordering::Relaxed);
         let cluster = wire_cluster(plugin, target);
         let mut store =
             self.new_store(plugin, Some(call_cluster(plugin, target)), ACCEPTS_DEADLINE);
+        // `true` once the instance exists: an error before that is vigil's (the pool),
+        // after it the plugin's.
         let call = async {
             match &plugin.pre {
                 WorldPre::Probe(pre) => {
-                    let instance = pre.instantiate_async(&mut store).await?;
+                    let instance = pre
+                        .instantiate_async(&mut store)
+                        .await
+                        .map_err(|error| (false, error))?;
                     instance
                         .vigil_plugin_prober()
                         .call_accepts(&mut store, &cluster)
                         .await
+                        .map_err(|error| (true, error))
                 }
                 WorldPre::Audit(pre) => {
-                    let instance = pre.instantiate_async(&mut store).await?;
+                    let instance = pre
+                        .instantiate_async(&mut store)
+                        .await
+                        .map_err(|error| (false, error))?;
                     instance
                         .vigil_plugin_auditor()
                         .call_accepts(&mut store, &cluster)
                         .await
+                        .map_err(|error| (true, error))
                 }
             }
         };
         let answer = tokio::time::timeout(ACCEPTS_DEADLINE + CALL_GRACE, call).await;
         store.data().emit_guest_output();
-        match answer {
-            Ok(Ok(accepts)) => accepts,
-            Ok(Err(error)) => {
-                warn!(plugin = %plugin.name, cluster = %target.name, "accepts failed: {error:#}");
-                false
+        let fault = match answer {
+            Ok(Ok(accepts)) => return Ok(accepts),
+            Ok(Err((started, error))) => {
+                let trapped = started
+                    || error.downcast_ref::<Trap>().is_some()
+                    || store.data().limiter.hit.is_some();
+                AcceptsFault {
+                    plugin: plugin.name.to_string(),
+                    host: !trapped,
+                    message: format!("{error:#}"),
+                }
             }
-            Err(_) => {
-                warn!(plugin = %plugin.name, cluster = %target.name, "accepts did not answer within {} ms", ACCEPTS_DEADLINE.as_millis());
-                false
-            }
-        }
+            Err(_) => AcceptsFault {
+                plugin: plugin.name.to_string(),
+                host: false,
+                message: format!("did not answer within {} ms", ACCEPTS_DEADLINE.as_millis()),
+            },
+        };
+        warn!(plugin = %plugin.name, cluster = %target.name, host_fault = fault.host, "accepts failed: {}; asked again at the next probe", fault.message);
+        Err(fault)
     }
 
     fn new_store(

@@ -539,7 +539,10 @@ async fn run<P: Prober>(
             source,
         })?;
     let bound = listener.local_addr().unwrap_or(config.api.listen);
-    let readiness = Arc::new(Readiness::default());
+    let readiness = Arc::new(Readiness {
+        writes: worker.store_writes(),
+        ..Readiness::default()
+    });
     let state = ApiState {
         store: store.clone(),
         prober: Arc::new(worker.on_demand()),
@@ -618,7 +621,7 @@ async fn run<P: Prober>(
         info!("open API connections closed at shutdown");
     }
     store.close().await;
-    Ok(stats?)
+    Ok(stats)
 }
 
 /// Reads every kubeconfig source, upserts what it found, and logs what it

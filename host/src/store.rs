@@ -529,6 +529,27 @@ pub fn sqlite_path(url: &str) -> Result<Option<PathBuf>, StoreError> {
     Ok(Some(PathBuf::from(path)))
 }
 
+/// Whether a connection given back to the pool may be used again: only outside a
+/// transaction. When a `COMMIT` fails on a full disk or an I/O error, SQLite has already
+/// rolled the transaction back, so the `ROLLBACK` of the dropped transaction fails too and
+/// the driver still counts the connection as inside one: every later `BEGIN` on it would
+/// fail. Such a connection is closed (the pool opens a fresh one), so that once the disk
+/// has room again the results are written again.
+async fn release_outside_transaction(
+    conn: &mut sqlx::SqliteConnection,
+) -> Result<bool, sqlx::Error> {
+    use sqlx::Connection as _;
+    if !conn.is_in_transaction() {
+        return Ok(true);
+    }
+    // A dropped transaction queues its rollback on the connection's worker; a ping is
+    // queued behind it, so once it answers, the rollback has run (or failed).
+    if conn.ping().await.is_err() {
+        return Ok(false);
+    }
+    Ok(!conn.is_in_transaction())
+}
+
 impl Store {
     /// Opens (creating if needed) the database at `url` and applies the
     /// migrations. SQLite runs in WAL mode with a busy timeout, so readers never
@@ -552,6 +573,7 @@ impl Store {
             // its worker thread (BENCHMARKS.md, "REST API under load").
             .test_before_acquire(false)
             .acquire_timeout(Duration::from_secs(30))
+            .after_release(|conn, _| Box::pin(release_outside_transaction(conn)))
             .connect_with(options)
             .await
             .map_err(|source| StoreError::Open {

@@ -5,13 +5,13 @@
 //! (the plugin runtime in production, scripted probers in tests); what a result
 //! *means* is decided by [`vigil_decision::decide`] inside [`Store::apply_probe`].
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use tokio::sync::{Notify, Semaphore, watch};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 use tracing::{Instrument, debug, info, info_span, warn};
 use vigil_decision::{
@@ -173,6 +173,12 @@ pub struct Worker<P> {
     metrics: Option<Metrics>,
     /// The clusters being probed, by the worker or on demand: at most one probe each.
     in_flight: InFlight,
+    /// The concurrency bound, shared by the worker's probes and probes on demand.
+    slots: Arc<Semaphore>,
+    /// Clusters whose last result could not be written, held back from probing.
+    holds: Holds,
+    /// Whether the store takes the results.
+    writes: Arc<StoreWrites>,
 }
 
 /// Lets other parts of the engine (discovery, the API) wake the worker when
@@ -202,6 +208,118 @@ pub struct WorkerStats {
 
 type InFlight = Arc<Mutex<HashSet<ClusterId>>>;
 
+/// The first wait after a failed read of the schedule; it doubles up to
+/// [`READ_BACKOFF_MAX`] while reads keep failing.
+const READ_BACKOFF_FIRST: Duration = Duration::from_millis(250);
+
+/// The longest wait between two reads of the schedule while they fail.
+const READ_BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// The longest a cluster is held back after its results could not be written, in
+/// intervals: long enough that a store refusing writes costs little probing, short enough
+/// that a store taking writes again is seen soon.
+const WRITE_BACKOFF_MAX_INTERVALS: u32 = 8;
+
+/// Clusters whose result could not be written (a full disk, a database that refuses
+/// writes). Their `next_due` in the store cannot be moved, so it is moved here: each is
+/// held back for its interval, doubling with each failure in a row ([`write_backoff`]),
+/// so that a store that takes no writes does not make the worker probe the same clusters
+/// back to back.
+type Holds = Arc<Mutex<HashMap<ClusterId, Hold>>>;
+
+#[derive(Debug, Clone, Copy)]
+struct Hold {
+    /// Not probed again before this.
+    until: Instant,
+    /// Failed writes in a row.
+    failures: u32,
+}
+
+fn held(holds: &Holds) -> std::sync::MutexGuard<'_, HashMap<ClusterId, Hold>> {
+    // Each entry is replaced whole; a panic elsewhere cannot leave one half-written.
+    holds.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// What a failed write was, for operators who only see `/readyz`: the SQLite result
+/// codes an operator can act on, else a general phrase.
+fn write_failure_reason(error: &StoreError) -> &'static str {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(cause) = source {
+        if let Some(sqlx::Error::Database(database)) = cause.downcast_ref::<sqlx::Error>() {
+            // SQLite's extended result codes keep the primary code in their low byte.
+            let primary = database
+                .code()
+                .and_then(|code| code.parse::<i64>().ok())
+                .map(|code| code & 0xff);
+            return match primary {
+                Some(13) => "the database's disk is full",
+                Some(8) => "the database is read-only",
+                Some(10) => "the database's disk fails (I/O error)",
+                Some(5 | 6) => "the database stays locked",
+                _ => "the database refused the write",
+            };
+        }
+        source = cause.source();
+    }
+    "the database could not be written"
+}
+
+/// How long a cluster is held back after `failures` failed writes in a row: its
+/// interval, doubling with each failure, at most [`WRITE_BACKOFF_MAX_INTERVALS`].
+fn write_backoff(interval: Duration, failures: u32) -> Duration {
+    let doubled = interval.saturating_mul(1 << failures.saturating_sub(1).min(16));
+    doubled.min(interval.saturating_mul(WRITE_BACKOFF_MAX_INTERVALS))
+}
+
+/// Whether the store takes the worker's results, for `/readyz`: the first failed write
+/// of a series, the latest error and how many failed, until a write succeeds again.
+#[derive(Debug, Default)]
+pub struct StoreWrites {
+    failing: Mutex<Option<WriteFailure>>,
+}
+
+/// Writes that failed since the last one that succeeded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteFailure {
+    /// When the first of them failed.
+    pub since: Timestamp,
+    /// How many failed.
+    pub failures: u64,
+    /// What the latest failure was, in words that name no table, query or path (the log
+    /// has the error itself).
+    pub reason: &'static str,
+}
+
+impl StoreWrites {
+    /// The writes failing since the last success, if the last write failed.
+    pub fn failing(&self) -> Option<WriteFailure> {
+        self.state().clone()
+    }
+
+    fn failed(&self, now: Timestamp, error: &StoreError) {
+        let mut state = self.state();
+        let failures = state.as_ref().map_or(0, |f| f.failures) + 1;
+        let since = state.as_ref().map_or(now, |f| f.since);
+        *state = Some(WriteFailure {
+            since,
+            failures,
+            reason: write_failure_reason(error),
+        });
+    }
+
+    fn succeeded(&self) {
+        let mut state = self.state();
+        if let Some(failure) = state.take() {
+            info!(failed = failure.failures, "the store takes results again");
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, Option<WriteFailure>> {
+        // The value is replaced whole; a poisoned lock still holds a whole value.
+        self.failing.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
 impl<P: Prober> Worker<P> {
     /// A worker over `store` probing with `prober`.
     pub fn new(store: Store, prober: P, settings: WorkerSettings) -> Self {
@@ -212,11 +330,16 @@ impl<P: Prober> Worker<P> {
             wake: Arc::new(Notify::new()),
             metrics: None,
             in_flight: Arc::default(),
+            slots: Arc::new(Semaphore::new(settings.concurrency)),
+            holds: Arc::default(),
+            writes: Arc::default(),
         }
     }
 
     /// Probing on demand beside this worker (the API's probe-now), recording into the
-    /// same metrics.
+    /// same metrics, under the same concurrency bound: probes on demand take slots of the
+    /// bound, at most half of them (at least one), so that the schedule always keeps the
+    /// rest; beyond that they are refused ([`OnDemandError::Busy`]).
     pub fn on_demand(&self) -> OnDemand<P> {
         OnDemand {
             store: self.store.clone(),
@@ -224,7 +347,15 @@ impl<P: Prober> Worker<P> {
             settings: self.settings,
             metrics: self.metrics.clone(),
             in_flight: Arc::clone(&self.in_flight),
+            slots: Arc::clone(&self.slots),
+            share: Arc::new(Semaphore::new((self.settings.concurrency / 2).max(1))),
+            writes: Arc::clone(&self.writes),
         }
+    }
+
+    /// Whether the store takes this worker's results (and its probes on demand).
+    pub fn store_writes(&self) -> Arc<StoreWrites> {
+        Arc::clone(&self.writes)
     }
 
     /// The same worker, recording its probes, transitions, cascades and scheduling
@@ -245,12 +376,16 @@ impl<P: Prober> Worker<P> {
     /// Runs until `shutdown` completes. Then no new probe starts, probes still
     /// waiting for their cluster are abandoned (nothing is written for them),
     /// and results already being written are committed or rolled back whole.
-    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<WorkerStats, StoreError> {
+    ///
+    /// A failed read of the schedule is logged and retried with backoff; a result that
+    /// cannot be written holds its cluster back (see [`Holds`]). Neither stops the worker.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> WorkerStats {
         let (stop_tx, stop_rx) = watch::channel(false);
-        let slots = Arc::new(Semaphore::new(self.settings.concurrency));
+        let slots = Arc::clone(&self.slots);
         let in_flight = Arc::clone(&self.in_flight);
         let mut tasks: JoinSet<ProbeEnd> = JoinSet::new();
         let mut stats = WorkerStats::default();
+        let mut read_failures: u32 = 0;
         tokio::pin!(shutdown);
 
         loop {
@@ -258,14 +393,24 @@ impl<P: Prober> Worker<P> {
             while let Some(end) = tasks.try_join_next() {
                 stats.count(end);
             }
+            let mut read_failed = false;
             let free = slots.available_permits();
             if free > 0 {
-                let busy: HashSet<ClusterId> = lock(&in_flight).clone();
-                let due = self
+                let mut skip: HashSet<ClusterId> = lock(&in_flight).clone();
+                skip.extend(self.held_now());
+                let due = match self
                     .store
-                    .due_clusters(wall_clock(), free + busy.len())
-                    .await?;
-                for cluster in due.into_iter().filter(|c| !busy.contains(&c.id)).take(free) {
+                    .due_clusters(wall_clock(), free + skip.len())
+                    .await
+                {
+                    Ok(due) => due,
+                    Err(error) => {
+                        read_failed = true;
+                        warn!(error = %error_chain(&error), "could not read which clusters are due; trying again");
+                        Vec::new()
+                    }
+                };
+                for cluster in due.into_iter().filter(|c| !skip.contains(&c.id)).take(free) {
                     let Ok(permit) = Arc::clone(&slots).try_acquire_owned() else {
                         break;
                     };
@@ -277,6 +422,8 @@ impl<P: Prober> Worker<P> {
                         in_flight: Arc::clone(&in_flight),
                         stop: stop_rx.clone(),
                         metrics: self.metrics.clone(),
+                        holds: Arc::clone(&self.holds),
+                        writes: Arc::clone(&self.writes),
                     };
                     let span = info_span!("probe", cluster = %cluster.name, plugin = cluster.plugin.as_deref().unwrap_or("auto"));
                     tasks.spawn(
@@ -290,7 +437,17 @@ impl<P: Prober> Worker<P> {
                 }
             }
 
-            let sleep = self.sleep_until_next_due(&in_flight).await?;
+            let sleep = match self.sleep_until_next_due(&in_flight).await {
+                Ok(sleep) if !read_failed => {
+                    read_failures = 0;
+                    sleep
+                }
+                Ok(_) => self.read_backoff(&mut read_failures),
+                Err(error) => {
+                    warn!(error = %error_chain(&error), "could not read when the next cluster is due; trying again");
+                    self.read_backoff(&mut read_failures)
+                }
+            };
             if let Some(metrics) = &self.metrics {
                 metrics.record_tick(tick.elapsed());
             }
@@ -314,17 +471,49 @@ impl<P: Prober> Worker<P> {
             abandoned = stats.abandoned,
             "health worker stopped"
         );
-        Ok(stats)
+        stats
+    }
+
+    /// The wait before the next look after a failed read: doubling from
+    /// [`READ_BACKOFF_FIRST`] to [`READ_BACKOFF_MAX`] while reads keep failing.
+    fn read_backoff(&self, failures: &mut u32) -> Duration {
+        let wait = READ_BACKOFF_FIRST
+            .saturating_mul(1 << (*failures).min(16))
+            .min(READ_BACKOFF_MAX);
+        *failures = failures.saturating_add(1);
+        debug!(retry_in_ms = wait.as_millis(), "schedule read failed");
+        wait
+    }
+
+    /// The clusters held back now after failed writes.
+    fn held_now(&self) -> Vec<ClusterId> {
+        let now = Instant::now();
+        held(&self.holds)
+            .iter()
+            .filter(|(_, hold)| hold.until > now)
+            .map(|(id, _)| *id)
+            .collect()
     }
 
     async fn sleep_until_next_due(&self, in_flight: &InFlight) -> Result<Duration, StoreError> {
-        let busy: Vec<i64> = lock(in_flight).iter().map(|id| id.0).collect();
-        let next = self.store.next_due_excluding(&busy).await?;
+        let now_instant = Instant::now();
+        let mut skip: Vec<i64> = lock(in_flight).iter().map(|id| id.0).collect();
+        // A held cluster is due again when its hold ends, whatever the store says.
+        let mut wait = self.settings.max_idle;
+        for (id, hold) in held(&self.holds).iter() {
+            if hold.until > now_instant {
+                skip.push(id.0);
+                wait = wait.min(hold.until - now_instant);
+            }
+        }
+        let next = self.store.next_due_excluding(&skip).await?;
         let now = wall_clock();
-        let wait = next.map_or(self.settings.max_idle, |due| {
-            Duration::from_millis(u64::try_from(due.millis_since(now)).unwrap_or(0))
-        });
-        Ok(wait.min(self.settings.max_idle))
+        if let Some(due) = next {
+            wait = wait.min(Duration::from_millis(
+                u64::try_from(due.millis_since(now)).unwrap_or(0),
+            ));
+        }
+        Ok(wait)
     }
 }
 
@@ -360,6 +549,8 @@ struct ProbeJob<P> {
     in_flight: InFlight,
     stop: watch::Receiver<bool>,
     metrics: Option<Metrics>,
+    holds: Holds,
+    writes: Arc<StoreWrites>,
 }
 
 impl<P: Prober> ProbeJob<P> {
@@ -381,9 +572,13 @@ impl<P: Prober> ProbeJob<P> {
                 .apply_disabled(cluster.id, true, started, next_due)
                 .await
             {
-                Ok(()) => ProbeEnd::Applied,
+                Ok(()) => {
+                    self.written(cluster.id);
+                    ProbeEnd::Applied
+                }
                 Err(error) => {
-                    warn!(error = %error_chain(&error), "could not record a disabled cluster");
+                    let retry_in = self.not_written(cluster.id, &policy, &error);
+                    warn!(error = %error_chain(&error), retry_in_s = retry_in.as_secs(), "could not record a disabled cluster");
                     ProbeEnd::Failed
                 }
             };
@@ -419,20 +614,55 @@ impl<P: Prober> ProbeJob<P> {
             .await
         {
             Ok(Some(applied)) => {
+                self.written(cluster.id);
                 log_applied(&applied, &outcome);
                 if let Some(metrics) = &self.metrics {
                     metrics.record_applied(&applied);
                 }
                 ProbeEnd::Applied
             }
-            Ok(None) => ProbeEnd::Abandoned,
+            Ok(None) => {
+                // The cluster is gone: nothing of it is to be held back.
+                held(&self.holds).remove(&cluster.id);
+                ProbeEnd::Abandoned
+            }
             Err(error) => {
-                // R3: this cluster's transaction was rolled back; the others
-                // are untouched. It stays due and is retried at the next look.
-                warn!(error = %error_chain(&error), "probe result not applied; rolled back");
+                // R3: this cluster's transaction was rolled back; the others are
+                // untouched. Its `next_due` could not be written either, so it is held
+                // back here instead of being probed again at once.
+                let retry_in = self.not_written(cluster.id, &policy, &error);
+                warn!(error = %error_chain(&error), retry_in_s = retry_in.as_secs(), "probe result not applied; rolled back");
                 ProbeEnd::Failed
             }
         }
+    }
+
+    /// A result of `cluster` was written: it is scheduled by the store again.
+    fn written(&self, cluster: ClusterId) {
+        held(&self.holds).remove(&cluster);
+        self.writes.succeeded();
+    }
+
+    /// A result of `cluster` could not be written: holds it back and returns for how long.
+    fn not_written(
+        &self,
+        cluster: ClusterId,
+        policy: &HealthPolicy,
+        error: &StoreError,
+    ) -> Duration {
+        self.writes.failed(wall_clock(), error);
+        let interval = Duration::from_secs(u64::from(policy.interval_seconds.max(1)));
+        let mut holds = held(&self.holds);
+        let failures = holds.get(&cluster).map_or(0, |h| h.failures) + 1;
+        let wait = write_backoff(interval, failures);
+        holds.insert(
+            cluster,
+            Hold {
+                until: Instant::now() + wait,
+                failures,
+            },
+        );
+        wait
     }
 }
 
@@ -445,6 +675,11 @@ pub struct OnDemand<P> {
     settings: WorkerSettings,
     metrics: Option<Metrics>,
     in_flight: InFlight,
+    /// The worker's concurrency bound.
+    slots: Arc<Semaphore>,
+    /// The part of it probes on demand may hold at once.
+    share: Arc<Semaphore>,
+    writes: Arc<StoreWrites>,
 }
 
 /// Why an on-demand probe did not run.
@@ -453,6 +688,17 @@ pub enum OnDemandError {
     /// A probe of this cluster is running.
     #[error("a probe of cluster `{0}` is already running")]
     InProgress(String),
+    /// Every slot probes on demand may take is in use.
+    #[error(
+        "too many probes are running to probe cluster `{cluster}` now; try again in {}s",
+        retry_after.as_secs()
+    )]
+    Busy {
+        /// The cluster asked for.
+        cluster: String,
+        /// How long the running probes may still hold their slots.
+        retry_after: Duration,
+    },
     /// The database failed, or the cluster does not exist.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -462,7 +708,17 @@ impl<P: Prober> OnDemand<P> {
     /// Probes `cluster` once and applies the outcome (see [`probe_now`]). `Ok(None)`
     /// when the cluster disappeared meanwhile.
     pub async fn probe(&self, cluster: &str) -> Result<Option<Probed>, OnDemandError> {
-        let id = self.store.cluster(cluster).await?.id;
+        let record = self.store.cluster(cluster).await?;
+        let id = record.id;
+        // Both permits are held until the probe ends, even if this future is dropped.
+        let _permits = self.permits().ok_or_else(|| {
+            let policy = self.settings.defaults.with_overrides(&record.policy);
+            OnDemandError::Busy {
+                cluster: cluster.to_owned(),
+                retry_after: Duration::from_secs(u64::from(policy.timeout_seconds.max(1)))
+                    + self.settings.grace,
+            }
+        })?;
         if !lock(&self.in_flight).insert(id) {
             return Err(OnDemandError::InProgress(cluster.to_owned()));
         }
@@ -478,8 +734,22 @@ impl<P: Prober> OnDemand<P> {
             self.metrics.as_ref(),
             cluster,
         )
-        .await?;
-        Ok(result.map(|(probed, _)| probed))
+        .await;
+        match &result {
+            Ok(Some(_)) => self.writes.succeeded(),
+            Ok(None) => {}
+            Err(StoreError::NotFound { .. }) => {}
+            Err(error) => self.writes.failed(wall_clock(), error),
+        }
+        Ok(result?.map(|(probed, _)| probed))
+    }
+
+    /// A slot of the on-demand share and one of the worker's bound, or `None` when
+    /// either is taken up.
+    fn permits(&self) -> Option<(OwnedSemaphorePermit, OwnedSemaphorePermit)> {
+        let share = Arc::clone(&self.share).try_acquire_owned().ok()?;
+        let slot = Arc::clone(&self.slots).try_acquire_owned().ok()?;
+        Some((share, slot))
     }
 }
 
@@ -761,4 +1031,23 @@ pub fn error_chain(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_write_holds_the_cluster_for_doubling_intervals_up_to_eight() {
+        let interval = Duration::from_secs(30);
+        let holds: Vec<u64> = (1..=6)
+            .map(|failures| write_backoff(interval, failures).as_secs())
+            .collect();
+        assert_eq!(holds, [30, 60, 120, 240, 240, 240]);
+        assert_eq!(
+            write_backoff(interval, u32::MAX),
+            Duration::from_secs(240),
+            "no overflow"
+        );
+    }
 }

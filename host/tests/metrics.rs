@@ -168,7 +168,7 @@ async fn the_worker_records_an_outage_its_cascade_and_the_recovery() {
     )
     .await;
     stop.send(()).unwrap();
-    let stats = running.await.unwrap().unwrap();
+    let stats = running.await.unwrap();
     assert_eq!(stats.applied, 6, "{stats:?}");
 
     assert_eq!(

@@ -854,6 +854,75 @@ async fn routing_follows_the_labels_accepts_reads() {
     assert_eq!((asked("picky"), asked("noop")), (4, 2));
 }
 
+/// Only a real answer of `accepts` is remembered. The `picky` plugin answers from a file
+/// parameter read at each call, so what it is shown of the cluster stays the same while
+/// its answer changes: an `accepts` that spins into its deadline, or traps, is not taken
+/// for a refusal, and the next probe asks again and routes by the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_accepts_is_not_remembered_and_the_next_probe_asks_again() {
+    let temp = tempfile::tempdir().expect("tempdir");
+    let credentials = temp.path().join("credentials");
+    std::fs::create_dir_all(&credentials).expect("credentials dir");
+    let answer = credentials.join("accepts");
+    let picky = "credentials = true\npriority = 10\n";
+    let target = |cluster: i64| ProbeTarget {
+        cluster: ClusterId(cluster),
+        plugin: None,
+        parameters: BTreeMap::from([(
+            "accepts-from".to_owned(),
+            format!("file://{}", answer.display()),
+        )]),
+        ..unread_target("")
+    };
+
+    // Beside a plugin that takes every cluster: the failed one is skipped this time only.
+    let both = plugin_dir(
+        &temp.path().join("both"),
+        &[("picky", picky), ("noop", "priority = 1\n")],
+    );
+    let (runtime, report) = load_with(&both, None, vec![credentials.clone()]).await;
+    assert!(report.refused.is_empty(), "{report:#?}");
+    for (cluster, failure) in [(1, "spin"), (2, "trap")] {
+        std::fs::write(&answer, failure).expect("write the answer");
+        let probed = runtime.probe_attributed(&target(cluster)).await;
+        assert_eq!(
+            probed.outcome,
+            ProbeOutcome::Healthy,
+            "{failure}: {probed:?}"
+        );
+        assert_eq!(
+            probed.by.map(|by| by.plugin).as_deref(),
+            Some("noop"),
+            "{failure}"
+        );
+        std::fs::write(&answer, "yes").expect("write the answer");
+        for _ in 0..2 {
+            let probed = runtime.probe_attributed(&target(cluster)).await;
+            assert_eq!(
+                probed.by.map(|by| by.plugin).as_deref(),
+                Some("picky"),
+                "after {failure}, the next probe asks picky again"
+            );
+        }
+    }
+    // Each cluster: the failed call, then the answer, remembered for the probe after.
+    assert_eq!(runtime.stats("picky").expect("loaded").accepts, 4);
+    assert_eq!(runtime.stats("picky").expect("loaded").faults, 0);
+
+    // Alone, a failed `accepts` leaves the probe inconclusive (the plugin's fault), not
+    // "no plugin accepts": nothing is said about the cluster.
+    let alone = plugin_dir(&temp.path().join("alone"), &[("picky", picky)]);
+    let (runtime, _) = load_with(&alone, None, vec![credentials.clone()]).await;
+    std::fs::write(&answer, "spin").expect("write the answer");
+    let probed = runtime.probe_attributed(&target(3)).await;
+    assert_fault(&probed.outcome, "accepts failed");
+    assert_eq!(probed.by, None);
+    std::fs::write(&answer, "yes").expect("write the answer");
+    let probed = runtime.probe_attributed(&target(3)).await;
+    assert_eq!(probed.outcome, ProbeOutcome::Healthy, "{probed:?}");
+    assert_eq!(probed.by.map(|by| by.plugin).as_deref(), Some("picky"));
+}
+
 /// `log.enabled` answers what vigil's log takes, for the plugin granted `log` only, and the
 /// SDK's macros format nothing vigil would not record. One thread: the subscriber set for
 /// each case is the one the host calls see.

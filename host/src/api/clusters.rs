@@ -598,7 +598,9 @@ struct ProbeResult {
 
 /// Probes the cluster once, now, and applies the outcome under the worker's rules
 /// (the same timeout, transaction and failure spacing). Refused (409) while a probe of
-/// it is running.
+/// it is running. Probes on demand run under the worker's concurrency bound, taking at
+/// most half of it: beyond that the call is refused (429) with `Retry-After`, and the
+/// scheduled probes keep their slots.
 #[utoipa::path(post, path = "/api/v1/clusters/{name}/probe", tag = "clusters", params(ClusterName),
     security(("bearer" = [])),
     responses(
@@ -606,25 +608,37 @@ struct ProbeResult {
         (status = 401, description = "No valid token", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such cluster", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "A probe is already running", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "Too many probes are running; try again after `Retry-After` seconds", body = Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u64, description = "Seconds after which a slot is expected to be free"))),
     ))]
 async fn probe_cluster(
     State(state): State<ApiState>,
     ApiPath(ClusterName { name }): ApiPath<ClusterName>,
-) -> Result<axum::Json<ProbeResult>, Problem> {
-    let Probed { outcome, by } =
-        state
-            .prober
-            .probe_now(&name)
-            .await
-            .map_err(|error| match error {
-                ProbeNowError::NotFound(_) => {
-                    Problem::new(ProblemKind::NotFound, error.to_string())
-                }
-                ProbeNowError::InProgress(_) => {
-                    Problem::new(ProblemKind::ProbeInProgress, error.to_string())
-                }
-                ProbeNowError::Store(error) => error.into(),
-            })?;
+) -> Result<Response, Problem> {
+    let probed = match state.prober.probe_now(&name).await {
+        Ok(probed) => probed,
+        Err(error @ ProbeNowError::NotFound(_)) => {
+            return Err(Problem::new(ProblemKind::NotFound, error.to_string()));
+        }
+        Err(error @ ProbeNowError::InProgress(_)) => {
+            return Err(Problem::new(
+                ProblemKind::ProbeInProgress,
+                error.to_string(),
+            ));
+        }
+        Err(ref error @ ProbeNowError::Busy { retry_after, .. }) => {
+            let mut response =
+                Problem::new(ProblemKind::ProbesBusy, error.to_string()).into_response();
+            // Whole seconds, rounded up: a client waiting that long finds the slot free.
+            let seconds = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, seconds.max(1).into());
+            return Ok(response);
+        }
+        Err(ProbeNowError::Store(error)) => return Err(error.into()),
+    };
+    let Probed { outcome, by } = probed;
     let record = state.store.cluster(&name).await?;
     let (reason_class, message) = match &outcome {
         ProbeOutcome::Healthy => (None, None),
@@ -639,7 +653,8 @@ async fn probe_cluster(
         message,
         probed_by: by.as_ref().map(ProbedByView::from),
         cluster: ClusterView::new(record, state.defaults),
-    }))
+    })
+    .into_response())
 }
 
 /// The cluster's history, newest first: transitions, conditions, counted failures,

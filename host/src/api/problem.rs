@@ -38,6 +38,8 @@ pub enum ProblemKind {
     ClusterHasApps,
     /// A probe of the cluster is already running.
     ProbeInProgress,
+    /// Too many probes run to start one on demand now (`Retry-After` says when to retry).
+    ProbesBusy,
     /// The engine runs without a plugin directory: there is nothing to reload.
     NoPluginDirectory,
     /// A file reference outside the allowed directories.
@@ -67,6 +69,7 @@ impl ProblemKind {
             Self::ClusterOffline => "cluster-offline",
             Self::ClusterHasApps => "cluster-has-apps",
             Self::ProbeInProgress => "probe-in-progress",
+            Self::ProbesBusy => "probes-busy",
             Self::NoPluginDirectory => "no-plugin-directory",
             Self::ReferenceNotAllowed => "reference-not-allowed",
             Self::Unauthorized => "unauthorized",
@@ -88,6 +91,7 @@ impl ProblemKind {
             Self::ClusterOffline => "The cluster is OFFLINE",
             Self::ClusterHasApps => "The cluster still has apps",
             Self::ProbeInProgress => "A probe of this cluster is already running",
+            Self::ProbesBusy => "Too many probes are running",
             Self::NoPluginDirectory => "vigil runs without a plugin directory",
             Self::ReferenceNotAllowed => "The reference is not allowed",
             Self::Unauthorized => "A valid bearer token is required",
@@ -110,6 +114,7 @@ impl ProblemKind {
             | Self::ClusterHasApps
             | Self::ProbeInProgress
             | Self::NoPluginDirectory => StatusCode::CONFLICT,
+            Self::ProbesBusy => StatusCode::TOO_MANY_REQUESTS,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
             Self::HostNotAllowed => StatusCode::MISDIRECTED_REQUEST,
             Self::OriginNotAllowed => StatusCode::FORBIDDEN,

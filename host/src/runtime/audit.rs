@@ -185,7 +185,13 @@ impl PluginRuntime {
             }
             let shown = super::accepts_fingerprint(target);
             for plugin in &audits {
-                if self.routed_accepts(plugin, target, shown).await {
+                // A failed `accepts` is not an answer: the plugin is skipped this time
+                // and asked again at the next audit.
+                if self
+                    .routed_accepts(plugin, target, shown)
+                    .await
+                    .unwrap_or(false)
+                {
                     let outcome = self.call_audit(plugin, target, budget).await;
                     self.judge_probation(plugin, matches!(outcome, AuditOutcome::Fault { .. }));
                     return outcome;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use vigil::store::{Store, StoreError};
+use vigil::store::Store;
 use vigil::worker::{ProbeTarget, Prober, Worker, WorkerSettings, WorkerStats};
 use vigil_decision::{BrakeConfig, HealthPolicy, ProbeOutcome, ReasonClass};
 
@@ -202,7 +202,7 @@ contexts:
 /// A worker running in the background until stopped.
 pub struct Running {
     stop: Option<oneshot::Sender<()>>,
-    task: JoinHandle<Result<WorkerStats, StoreError>>,
+    task: JoinHandle<WorkerStats>,
 }
 
 impl Running {
@@ -222,7 +222,7 @@ impl Running {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
-        (&mut self.task).await.unwrap().unwrap()
+        (&mut self.task).await.unwrap()
     }
 }
 

@@ -38,7 +38,7 @@ fn settings(interval_seconds: u32) -> WorkerSettings {
 
 struct Engine {
     stop: oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<Result<WorkerStats, vigil::store::StoreError>>,
+    task: tokio::task::JoinHandle<WorkerStats>,
 }
 
 impl Engine {
@@ -53,7 +53,7 @@ impl Engine {
 
     async fn stop(self) -> WorkerStats {
         let _ = self.stop.send(());
-        self.task.await.unwrap().unwrap()
+        self.task.await.unwrap()
     }
 }
 
