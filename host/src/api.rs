@@ -266,7 +266,7 @@ impl utoipa::Modify for BearerAuth {
 
 /// The router and its OpenAPI document, built together.
 fn routes() -> (Router<ApiState>, OpenApiDoc) {
-    OpenApiRouter::with_openapi(ApiDoc::openapi())
+    let (router, mut doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .merge(clusters::routes())
         .merge(apps::routes())
         .merge(plugins::routes())
@@ -275,7 +275,9 @@ fn routes() -> (Router<ApiState>, OpenApiDoc) {
         .routes(utoipa_axum::routes!(readyz))
         .routes(utoipa_axum::routes!(metrics))
         .routes(utoipa_axum::routes!(openapi_json))
-        .split_for_parts()
+        .split_for_parts();
+    problem::document_unavailable(&mut doc);
+    (router, doc)
 }
 
 /// Percent-encodes everything but RFC 3986's unreserved characters, for a path segment

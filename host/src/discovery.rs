@@ -25,6 +25,7 @@ use kube::config::{
 use notify_debouncer_full::notify::{self, Event, EventKind, RecommendedWatcher, RecursiveMode};
 use notify_debouncer_full::{DebounceEventResult, Debouncer, RecommendedCache, new_debouncer};
 use tokio::sync::mpsc;
+use vigil_drain_rules::yaml;
 use vigil_kubeconfig_rules::server::{self, ServerShape};
 use vigil_kubeconfig_rules::text::sanitize_yaml_problem;
 
@@ -655,22 +656,45 @@ fn check_regular(metadata: &Metadata) -> Result<(), SourceProblem> {
     Err(SourceProblem::NotRegularFile("a special file"))
 }
 
+/// The path to the value a YAML problem at `position` is about, and what that value is (by
+/// type only, so no text of the file is quoted), when the text is one YAML document the
+/// parser can read as such and a value starts there.
+fn value_at(text: &str, position: TextPosition) -> Option<(String, Option<String>)> {
+    let root = yaml::Node::read(text)?;
+    let path = root.path_to(position.line, position.column)?;
+    if path.is_empty() {
+        return None;
+    }
+    let found = root.at(&path).map(yaml::Node::describe);
+    Some((yaml::show(&path), found))
+}
+
 /// Parses kubeconfig text with kube's types and checks that it is a kubeconfig at all.
 fn parse_kubeconfig(text: &str) -> Result<Kubeconfig, SourceProblem> {
     if text.trim().is_empty() {
         return Err(SourceProblem::Empty);
     }
     let config = Kubeconfig::from_yaml(text).map_err(|error| match error {
-        KubeconfigError::Parse(error) => SourceProblem::Yaml {
-            position: error
-                .location()
-                .filter(|location| location.line() > 0)
-                .map(|location| TextPosition {
-                    line: location.line(),
-                    column: location.column(),
-                }),
-            problem: sanitize_yaml_problem(&error.without_snippet().to_string(), text),
-        },
+        KubeconfigError::Parse(error) => {
+            let position =
+                error
+                    .location()
+                    .filter(|location| location.line() > 0)
+                    .map(|location| TextPosition {
+                        line: location.line(),
+                        column: location.column(),
+                    });
+            let problem = sanitize_yaml_problem(&error.without_snippet().to_string(), text);
+            let problem = match position.and_then(|position| value_at(text, position)) {
+                // What is there says nothing about a field missing from it.
+                Some((path, Some(found))) if !problem.starts_with("missing field") => {
+                    format!("{problem} at `{path}`, found {found}")
+                }
+                Some((path, _)) => format!("{problem} at `{path}`"),
+                None => problem,
+            };
+            SourceProblem::Yaml { position, problem }
+        }
         KubeconfigError::KindMismatch | KubeconfigError::ApiVersionMismatch => {
             SourceProblem::NotKubeconfig("its YAML documents disagree on kind or apiVersion")
         }
