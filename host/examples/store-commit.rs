@@ -5,8 +5,7 @@
 //! databases.
 //!
 //! ```text
-//! cargo build --release -p vigil-e2e
-//! target/release/store-commit --clusters 500 --probes 3000 --rounds 5 --concurrency 1 --dir .
+//! cargo run -p vigil --example store-commit -- --clusters 500 --probes 2000 --rounds 5 --dir target
 //! ```
 //!
 //! `--dir` must be on the disk the database would live on: a tmpfs syncs for free.
