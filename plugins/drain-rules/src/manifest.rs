@@ -96,7 +96,7 @@ impl Manifests {
             if value.is_null() {
                 continue;
             }
-            match self.add_object(value) {
+            match self.add_object(&value) {
                 Ok(()) => {}
                 Err(object_problem) => {
                     // Where the value is, read again from the YAML only now: a document
@@ -121,8 +121,8 @@ impl Manifests {
     }
 
     /// Adds one object (or the items of a `List`).
-    fn add_object(&mut self, value: Value) -> Result<(), ObjectProblem> {
-        let Value::Object(map) = &value else {
+    fn add_object(&mut self, value: &Value) -> Result<(), ObjectProblem> {
+        let Value::Object(map) = value else {
             return Err(ObjectProblem::new(
                 None,
                 "not a Kubernetes object (not a mapping)",
@@ -145,8 +145,8 @@ impl Manifests {
         }
         if kind == "List" || kind.ends_with("List") && map.contains_key("items") {
             let items = match map.get("items") {
-                Some(Value::Array(items)) => items.clone(),
-                None | Some(Value::Null) => Vec::new(),
+                Some(Value::Array(items)) => items.as_slice(),
+                None | Some(Value::Null) => &[],
                 Some(_) => {
                     return Err(ObjectProblem::new(
                         None,
@@ -155,7 +155,7 @@ impl Manifests {
                 }
             };
             let mut first_problem = None;
-            for (index, item) in items.into_iter().enumerate() {
+            for (index, item) in items.iter().enumerate() {
                 if let Err(mut problem) = self.add_object(item) {
                     problem.item = Some(index + 1);
                     if let Some(shape) = &mut problem.shape {
@@ -171,19 +171,19 @@ impl Manifests {
         self.objects_read += 1;
         match kind.as_str() {
             "PodDisruptionBudget" => {
-                let mut budget: PodDisruptionBudget = typed(&kind, &value)?;
+                let mut budget: PodDisruptionBudget = typed(&kind, value)?;
                 // A manifest's status is whatever was exported with it: not the cluster's.
                 budget.status = None;
                 self.objects.budgets.push(budget);
             }
             "Pod" => {
-                let mut pod: Pod = typed(&kind, &value)?;
+                let mut pod: Pod = typed(&kind, value)?;
                 pod.status = running_and_ready();
                 self.objects.pods.push(pod);
             }
             other => {
                 if let Some(workload_kind) = WorkloadKind::from_kind(other) {
-                    let object = typed(other, &value)?;
+                    let object = typed(other, value)?;
                     self.add_workload(Workload::from_object(workload_kind, object));
                 }
                 // Any other kind (Service, ConfigMap, Secret…) plays no part in drains.
@@ -250,7 +250,7 @@ struct ObjectProblem {
     /// What is wrong, when it is not a value of the wrong shape.
     problem: String,
     /// The value of the wrong shape, when that is the problem.
-    shape: Option<Shape>,
+    shape: Option<Box<Shape>>,
 }
 
 /// An object whose value at `at` does not have the shape its kind requires.
@@ -330,13 +330,13 @@ fn typed<T: serde::de::DeserializeOwned>(kind: &str, value: &Value) -> Result<T,
         ObjectProblem {
             item: None,
             problem: String::new(),
-            shape: Some(Shape {
+            shape: Some(Box::new(Shape {
                 kind: kind.to_owned(),
                 wrong_type: error.inner().to_string().starts_with("invalid type"),
                 within: 0,
                 at,
                 detail: describe(error.inner()),
-            }),
+            })),
         }
     })
 }
