@@ -25,9 +25,8 @@ use kube::config::{
 use notify_debouncer_full::notify::{self, Event, EventKind, RecommendedWatcher, RecursiveMode};
 use notify_debouncer_full::{DebounceEventResult, Debouncer, RecommendedCache, new_debouncer};
 use tokio::sync::mpsc;
-use vigil_drain_rules::yaml;
 use vigil_kubeconfig_rules::server::{self, ServerShape};
-use vigil_kubeconfig_rules::text::sanitize_yaml_problem;
+use vigil_kubeconfig_rules::text::{locate_yaml_problem, sanitize_yaml_problem};
 
 /// The largest kubeconfig file vigil reads, in bytes.
 ///
@@ -656,19 +655,6 @@ fn check_regular(metadata: &Metadata) -> Result<(), SourceProblem> {
     Err(SourceProblem::NotRegularFile("a special file"))
 }
 
-/// The path to the value a YAML problem at `position` is about, and what that value is (by
-/// type only, so no text of the file is quoted), when the text is one YAML document the
-/// parser can read as such and a value starts there.
-fn value_at(text: &str, position: TextPosition) -> Option<(String, Option<String>)> {
-    let root = yaml::Node::read(text)?;
-    let path = root.path_to(position.line, position.column)?;
-    if path.is_empty() {
-        return None;
-    }
-    let found = root.at(&path).map(yaml::Node::describe);
-    Some((yaml::show(&path), found))
-}
-
 /// Parses kubeconfig text with kube's types and checks that it is a kubeconfig at all.
 fn parse_kubeconfig(text: &str) -> Result<Kubeconfig, SourceProblem> {
     if text.trim().is_empty() {
@@ -685,12 +671,8 @@ fn parse_kubeconfig(text: &str) -> Result<Kubeconfig, SourceProblem> {
                         column: location.column(),
                     });
             let problem = sanitize_yaml_problem(&error.without_snippet().to_string(), text);
-            let problem = match position.and_then(|position| value_at(text, position)) {
-                // What is there says nothing about a field missing from it.
-                Some((path, Some(found))) if !problem.starts_with("missing field") => {
-                    format!("{problem} at `{path}`, found {found}")
-                }
-                Some((path, _)) => format!("{problem} at `{path}`"),
+            let problem = match position {
+                Some(at) => locate_yaml_problem(problem, text, at.line, at.column),
                 None => problem,
             };
             SourceProblem::Yaml { position, problem }

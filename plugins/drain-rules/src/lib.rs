@@ -16,8 +16,7 @@
 //! - [`validation`]: what the API server refuses in a budget;
 //! - [`eviction`]: what the eviction API answers for a pod;
 //! - [`findings`]: the findings ([`audit`]), with stable [`codes`];
-//! - [`manifest`]: multi-document manifest files as Helm renders them;
-//! - [`yaml`]: where a value is in a YAML document, for messages.
+//! - [`manifest`]: multi-document manifest files as Helm renders them.
 //!
 //! Pure: no I/O, no clock, no bindings. Objects are read into the small serde types of
 //! [`model`], from the API's JSON or from YAML.
@@ -33,7 +32,6 @@ pub mod manifest;
 pub mod model;
 pub mod selector;
 pub mod validation;
-pub mod yaml;
 
 pub use findings::{Finding, ObjectRef, Severity, Source, audit, codes};
 pub use intstr::IntOrString;

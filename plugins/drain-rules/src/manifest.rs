@@ -8,7 +8,7 @@
 
 use serde_json::Value;
 
-use crate::yaml::{self, Node, Step};
+use vigil_kubeconfig_rules::yaml::{self, Node, Step};
 
 use crate::model::{
     ClusterObjects, Condition, ObjectMeta, OwnerReference, Pod, PodDisruptionBudget, PodStatus,
