@@ -304,6 +304,7 @@ fn routes() -> (Router<ApiState>, OpenApiDoc) {
         .routes(utoipa_axum::routes!(openapi_json))
         .split_for_parts();
     auth::declare_guard_responses(&mut doc);
+    problem::document_unavailable(&mut doc);
     (router, doc)
 }
 

@@ -26,7 +26,7 @@ use notify_debouncer_full::notify::{self, Event, EventKind, RecommendedWatcher, 
 use notify_debouncer_full::{DebounceEventResult, Debouncer, RecommendedCache, new_debouncer};
 use tokio::sync::mpsc;
 use vigil_kubeconfig_rules::server::{self, ServerShape};
-use vigil_kubeconfig_rules::text::sanitize_yaml_problem;
+use vigil_kubeconfig_rules::text::{locate_yaml_problem, sanitize_yaml_problem};
 
 /// The largest kubeconfig file vigil reads, in bytes.
 ///
@@ -705,16 +705,22 @@ fn parse_kubeconfig(text: &str) -> Result<Kubeconfig, SourceProblem> {
         return Err(SourceProblem::Empty);
     }
     let config = Kubeconfig::from_yaml(text).map_err(|error| match error {
-        KubeconfigError::Parse(error) => SourceProblem::Yaml {
-            position: error
-                .location()
-                .filter(|location| location.line() > 0)
-                .map(|location| TextPosition {
-                    line: location.line(),
-                    column: location.column(),
-                }),
-            problem: sanitize_yaml_problem(&error.without_snippet().to_string(), text),
-        },
+        KubeconfigError::Parse(error) => {
+            let position =
+                error
+                    .location()
+                    .filter(|location| location.line() > 0)
+                    .map(|location| TextPosition {
+                        line: location.line(),
+                        column: location.column(),
+                    });
+            let problem = sanitize_yaml_problem(&error.without_snippet().to_string(), text);
+            let problem = match position {
+                Some(at) => locate_yaml_problem(problem, text, at.line, at.column),
+                None => problem,
+            };
+            SourceProblem::Yaml { position, problem }
+        }
         KubeconfigError::KindMismatch | KubeconfigError::ApiVersionMismatch => {
             SourceProblem::NotKubeconfig("its YAML documents disagree on kind or apiVersion")
         }

@@ -20,7 +20,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use serde::Serialize;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+pub use sqlx::sqlite::SqliteSynchronous;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
 use sqlx::{FromRow, Sqlite, SqlitePool, Transaction};
 use vigil_decision::brake::{self, BrakeAssessment, FleetSample};
 use vigil_decision::{
@@ -109,6 +110,34 @@ pub enum StoreError {
         /// The apps on it.
         apps: Vec<String>,
     },
+}
+
+impl StoreError {
+    /// Whether the store is busy rather than broken: SQLite stayed busy or locked past the
+    /// busy timeout, or no connection came free within the pool's acquire timeout. The same
+    /// request may well succeed a moment later.
+    pub fn is_busy(&self) -> bool {
+        match self {
+            Self::Query { source, .. } | Self::Open { source, .. } => is_busy(source),
+            _ => false,
+        }
+    }
+}
+
+/// [`StoreError::is_busy`] of one database error.
+fn is_busy(error: &sqlx::Error) -> bool {
+    /// SQLite's primary result codes `SQLITE_BUSY` and `SQLITE_LOCKED`: the low byte of
+    /// every extended code derived from them (`SQLITE_BUSY_SNAPSHOT`, …).
+    const SQLITE_BUSY: i32 = 5;
+    const SQLITE_LOCKED: i32 = 6;
+    match error {
+        sqlx::Error::PoolTimedOut => true,
+        sqlx::Error::Database(error) => error
+            .code()
+            .and_then(|code| code.parse::<i32>().ok())
+            .is_some_and(|code| matches!(code & 0xff, SQLITE_BUSY | SQLITE_LOCKED)),
+        _ => false,
+    }
 }
 
 fn query_error(doing: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
@@ -485,26 +514,101 @@ pub struct Store {
     pool: SqlitePool,
 }
 
-/// `DATABASE_URL` with any password replaced by `***`, for messages and logs.
-pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let (authority, path) = match rest.find('/') {
-        Some(i) => rest.split_at(i),
-        None => (rest, ""),
-    };
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => {
-            let user = userinfo.split(':').next().unwrap_or("");
-            if userinfo.contains(':') {
-                format!("{scheme}://{user}:***@{host}{path}")
-            } else {
-                url.to_owned()
-            }
+/// SQLite's `synchronous` setting for every connection of the engine: `FULL`, so that in WAL
+/// mode each commit syncs the log before it returns. A probe's result, a registration or a
+/// deployment acknowledged by the API is then still there after a power loss or an operating
+/// system crash; with `NORMAL`, the last commits before one can be lost, and with them an
+/// outage opened or closed. What it costs is measured in BENCHMARKS.md ("Commit durability").
+pub const SYNCHRONOUS: SqliteSynchronous = SqliteSynchronous::Full;
+
+/// What stands for a redacted secret.
+const REDACTED: &str = "***";
+
+/// `DATABASE_URL` with every secret replaced by `***`, for messages and logs: the password of
+/// its user information, and the value of every password-like query parameter
+/// (`password`, `sslpassword`, `passwd`, `pwd`, anything with `secret`, `token` or `key` in
+/// its name).
+///
+/// The URL is read with a URL parser, as a database client would, when its user information
+/// is delimited: the text between `//` and the first `/`, `?` or `#` holds the `@`. When an
+/// `@` only comes later, the password most likely holds an unencoded `/`, `?` or `#` (the
+/// parser would read part of it as host, port or path): everything after the scheme is
+/// redacted then, as nothing can tell the password from the rest.
+pub fn redact_url(text: &str) -> String {
+    if let Some((scheme, rest)) = text.split_once("://") {
+        let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        let (authority, after) = rest.split_at(authority_end);
+        if !authority.contains('@') && after.contains('@') {
+            return format!("{scheme}://{REDACTED}");
         }
-        None => url.to_owned(),
+        let Ok(url) = url::Url::parse(text) else {
+            // Not a URL (a bad port, say), but its user information is delimited: redact it
+            // and whatever follows a `?`, which cannot be read parameter by parameter.
+            let authority = match authority.rsplit_once('@') {
+                Some((userinfo, host)) if userinfo.contains(':') => {
+                    let user = userinfo.split(':').next().unwrap_or_default();
+                    format!("{user}:{REDACTED}@{host}")
+                }
+                _ => authority.to_owned(),
+            };
+            let after = match after.split_once('?') {
+                Some((path, _)) => format!("{path}?{REDACTED}"),
+                None => after.to_owned(),
+            };
+            return format!("{scheme}://{authority}{after}");
+        };
+        return redact_parsed(text, url);
     }
+    // `sqlite:vigil.db?…`: no authority, but a query can still carry a secret.
+    match url::Url::parse(text) {
+        Ok(url) => redact_parsed(text, url),
+        Err(_) => match text.split_once('?') {
+            Some((path, _)) => format!("{path}?{REDACTED}"),
+            None => text.to_owned(),
+        },
+    }
+}
+
+/// [`redact_url`] of a URL the parser read; `text` is given back unchanged when it holds no
+/// secret, so that a message quotes the setting as the operator wrote it.
+fn redact_parsed(text: &str, mut url: url::Url) -> String {
+    let mut changed = false;
+    if url.password().is_some() {
+        // Only a URL that cannot have a password refuses a new one, and this one has one.
+        changed |= url.set_password(Some(REDACTED)).is_ok();
+    }
+    let pairs: Vec<(String, String)> = url.query_pairs().into_owned().collect();
+    if let Some(first_secret) = pairs.iter().position(|(name, _)| is_secret_parameter(name)) {
+        // Everything from the first secret on is redacted, names too: a value holding an
+        // unencoded `&` or `#` would otherwise show its tail as a parameter or a fragment.
+        let mut query = url::form_urlencoded::Serializer::new(String::new());
+        query.extend_pairs(&pairs[..first_secret]);
+        query.append_pair(&pairs[first_secret].0, REDACTED);
+        let mut query = query.finish();
+        if first_secret + 1 < pairs.len() {
+            query.push('&');
+            query.push_str(REDACTED);
+        }
+        url.set_query(Some(&query));
+        if url.fragment().is_some() {
+            url.set_fragment(Some(REDACTED));
+        }
+        changed = true;
+    }
+    if changed {
+        url.to_string()
+    } else {
+        text.to_owned()
+    }
+}
+
+/// Whether a URL query parameter's (decoded) name says that its value is a secret.
+fn is_secret_parameter(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    ["password", "passwd", "pwd", "secret", "token", "key"]
+        .iter()
+        .any(|word| name.contains(word))
+        || name == "pass"
 }
 
 /// The SQLite file a `DATABASE_URL` names, if it names one.
@@ -553,8 +657,18 @@ async fn release_outside_transaction(
 impl Store {
     /// Opens (creating if needed) the database at `url` and applies the
     /// migrations. SQLite runs in WAL mode with a busy timeout, so readers never
-    /// block the writer and concurrent writers wait instead of failing.
+    /// block the writer and concurrent writers wait instead of failing, and with
+    /// [`SYNCHRONOUS`], so that a commit is on disk before it is acknowledged.
     pub async fn open(url: &str) -> Result<Self, StoreError> {
+        Self::open_with_synchronous(url, SYNCHRONOUS).await
+    }
+
+    /// [`Store::open`] with another `synchronous` setting, to measure what durability
+    /// costs (BENCHMARKS.md, "Commit durability"). The engine opens with [`SYNCHRONOUS`].
+    pub async fn open_with_synchronous(
+        url: &str,
+        synchronous: SqliteSynchronous,
+    ) -> Result<Self, StoreError> {
         sqlite_path(url)?;
         let options = SqliteConnectOptions::from_str(url)
             .map_err(|source| StoreError::Open {
@@ -563,7 +677,7 @@ impl Store {
             })?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Normal)
+            .synchronous(synchronous)
             .busy_timeout(Duration::from_secs(10))
             .foreign_keys(true);
         let pool = SqlitePoolOptions::new()

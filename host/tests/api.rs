@@ -1703,3 +1703,119 @@ async fn a_plugin_reload_needs_a_token_and_is_recorded_with_its_caller() {
         events[0].detail
     );
 }
+
+#[tokio::test]
+async fn a_busy_database_answers_503_with_retry_after_not_500() {
+    use sqlx::Connection;
+    let api = api().await;
+    // Another writer holds the database's write lock past the store's busy timeout.
+    let url = format!("sqlite://{}", api.sandbox.db().display());
+    let mut other = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut other)
+        .await
+        .unwrap();
+    let reply = api.register_raw("busy").await;
+    assert_eq!(
+        reply.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        reply.text
+    );
+    assert_eq!(
+        reply.headers[header::RETRY_AFTER],
+        vigil::api::problem::BUSY_RETRY_AFTER_SECONDS.to_string()
+    );
+    assert_eq!(reply.body["type"], "https://vigil.dev/problems/unavailable");
+    assert!(
+        reply.body["detail"].as_str().unwrap().contains("busy") && !reply.text.contains("code:"),
+        "the client is told to retry, without the database's own message: {}",
+        reply.text
+    );
+    sqlx::query("ROLLBACK").execute(&mut other).await.unwrap();
+    other.close().await.unwrap();
+    // Nothing was written, and once the lock is free the same request succeeds.
+    let reply = api.register_raw("busy").await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+
+    // The document says so on every route of the API.
+    let doc = serde_json::to_value(vigil::api::openapi()).unwrap();
+    for (path, method) in [
+        ("/api/v1/clusters", "post"),
+        ("/api/v1/clusters/{name}", "get"),
+        ("/api/v1/deployments", "post"),
+    ] {
+        let unavailable = &doc["paths"][path][method]["responses"]["503"];
+        assert!(
+            unavailable["headers"]["Retry-After"].is_object(),
+            "{method} {path}: {unavailable}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_http_reference_carrying_a_credential_is_refused_naming_the_field_not_the_secret() {
+    let api = api().await;
+    for (reference, named) in [
+        (
+            "https://127.0.0.1:8443/healthz?access_token=vigil-url-secret-41",
+            "`access_token`",
+        ),
+        (
+            "https://127.0.0.1:8443/healthz?verbose&X-Amz-Signature=vigil-url-secret-41",
+            "`X-Amz-Signature`",
+        ),
+        (
+            "https://monitor:vigil-url-secret-41@127.0.0.1:8443/healthz",
+            "user@host",
+        ),
+    ] {
+        let reply = api
+            .post(
+                "/api/v1/clusters",
+                json!({
+                    "name": "leaky",
+                    "endpoint": "https://127.0.0.1:8443",
+                    "kubeconfig_secret_ref": reference,
+                }),
+            )
+            .await;
+        assert_eq!(
+            reply.status,
+            StatusCode::BAD_REQUEST,
+            "{reference}: {}",
+            reply.text
+        );
+        assert_eq!(
+            reply.body["field"], "body.kubeconfig_secret_ref",
+            "{}",
+            reply.text
+        );
+        let detail = reply.body["detail"].as_str().unwrap();
+        assert!(
+            detail.contains(named) && detail.contains("credential parameter"),
+            "{reference}: {detail}"
+        );
+        assert!(
+            !reply.text.contains("vigil-url-secret-41"),
+            "{}",
+            reply.text
+        );
+    }
+    assert_eq!(
+        api.get("/api/v1/clusters/leaky").await.status,
+        StatusCode::NOT_FOUND,
+        "nothing was registered"
+    );
+    let reply = api
+        .post(
+            "/api/v1/clusters",
+            json!({
+                "name": "plain",
+                "endpoint": "https://127.0.0.1:8443",
+                "kubeconfig_secret_ref": "https://127.0.0.1:8443/readyz?verbose&exclude=etcd",
+            }),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+}

@@ -275,3 +275,28 @@ fn usage_errors_exit_two() {
         "{help}"
     );
 }
+
+#[test]
+fn a_value_of_the_wrong_type_is_named_by_its_path_line_and_what_was_found() {
+    // YAML 1.1, as Kubernetes' own reader, makes an unquoted `y` a boolean: not a label value.
+    let manifest = b"apiVersion: v1\nkind: List\nitems:\n- apiVersion: apps/v1\n  kind: Deployment\n  metadata: {name: web}\n  spec: {replicas: 2, selector: {matchLabels: {app: web}}, template: {metadata: {labels: {app: web}}}}\n- apiVersion: policy/v1\n  kind: PodDisruptionBudget\n  metadata:\n    name: web\n  spec:\n    minAvailable: 1\n    selector:\n      matchLabels:\n        app: web\n        enabled: y\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: api}\nspec:\n  replicas: vigil-fake-secret-value\n";
+    let run = vigil(&["audit", "-f", "-"], Some(manifest));
+    assert_eq!(run.code, Some(2), "{run}");
+    let lines: Vec<&str> = run.stderr.lines().collect();
+    assert_eq!(lines.len(), 2, "{run}");
+    assert_eq!(
+        lines[0],
+        "error: -, document 1 (line 1), item 2: PodDisruptionBudget does not have the expected \
+         shape: `spec.selector.matchLabels.enabled` (line 17): a value of the wrong type, \
+         expected a string, found the boolean true (YAML reads an unquoted y, yes, on or true \
+         as a boolean: quote the value if a string is meant)",
+        "{run}"
+    );
+    assert_eq!(
+        lines[1],
+        "error: -, document 2 (line 18): Deployment does not have the expected shape: \
+         `spec.replicas` (line 23): a value of the wrong type, expected i64, found a string",
+        "{run}"
+    );
+    assert!(!run.stderr.contains("vigil-fake-secret-value"), "{run}");
+}

@@ -343,7 +343,7 @@ fn bad_corpus_gives_one_error_per_broken_file_or_context_and_keeps_the_rest() {
             "<root>/broken-contexts.yaml: context \"no-such-cluster\" names cluster \"ghost\", which this file does not define",
             "<root>/broken-contexts.yaml: context \"no-such-user\" names user \"ghost\", which this file does not define",
             "<root>/broken-contexts.yaml: context \"no-server\": cluster \"serverless\" has no server",
-            "<root>/context-without-cluster.yaml: invalid kubeconfig YAML at line 10, column 5: missing field `cluster`",
+            "<root>/context-without-cluster.yaml: invalid kubeconfig YAML at line 10, column 5: missing field `cluster` at `contexts[0].context`",
             "<root>/deployment.yaml: not a kubeconfig: its kind is not Config",
             "<root>/duplicate-key.yaml: invalid kubeconfig YAML at line 11, column 5: duplicate mapping key",
             "<root>/empty.yaml: the file is empty",
@@ -377,11 +377,27 @@ fn odd_kubeconfig_texts_are_reported_clearly() {
         ),
         (
             "clusters: vigil-fake-scalar-secret-11\n",
-            Some("invalid kubeconfig YAML at line 1, column 11: expected sequence start"),
+            Some(
+                "invalid kubeconfig YAML at line 1, column 11: expected sequence start at `clusters`, found a string",
+            ),
         ),
         (
             "clusters:\n- name: c\n  cluster:\n    insecure-skip-tls-verify: vigil-fake-bool-secret-22\n",
-            Some("invalid kubeconfig YAML at line 4, column 31: invalid boolean"),
+            Some(
+                "invalid kubeconfig YAML at line 4, column 31: invalid boolean at `clusters[0].cluster.insecure-skip-tls-verify`, found a string",
+            ),
+        ),
+        (
+            "clusters:\n- name: c\n  cluster:\n    server: [vigil-fake-list-secret-44]\n",
+            Some(
+                "invalid kubeconfig YAML at line 4, column 13: expected string scalar at `clusters[0].cluster.server`, found a list",
+            ),
+        ),
+        (
+            "users:\n- name: u\n  user:\n    token: {vigil-fake-map-secret-55: x}\n",
+            Some(
+                "invalid kubeconfig YAML at line 4, column 12: expected string scalar at `users[0].user.token`, found a mapping",
+            ),
         ),
         (
             "users:\n\t- name: vigil-fake-tab-secret-33\n",

@@ -158,6 +158,51 @@ fn a_second_serve_on_the_same_database_is_refused() {
     assert!(wait_exit(&mut third, Duration::from_secs(10)).success());
 }
 
+#[test]
+fn a_second_serve_reaching_the_database_through_a_link_is_refused() {
+    use std::os::unix::fs::symlink;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::create_dir(root.join("data")).unwrap();
+    let mut first = vigil(&root)
+        .args(["serve"])
+        .env("KUBECONFIG_PATH", root.join("none.yaml"))
+        .env("DATABASE_URL", "sqlite://data/vigil.db")
+        .stderr(Stdio::piped())
+        .spawn()
+        .map(Running)
+        .unwrap();
+    let db = root.join("data/vigil.db");
+    wait_for_db(&db, "SELECT COUNT(*) > 0 FROM _sqlx_migrations", "1");
+    symlink(root.join("data"), root.join("alias")).unwrap();
+    symlink(&db, root.join("link.db")).unwrap();
+
+    for url in ["sqlite://alias/vigil.db", "sqlite://link.db"] {
+        let second = vigil(&root)
+            .args(["serve"])
+            .env("KUBECONFIG_PATH", root.join("none.yaml"))
+            .env("DATABASE_URL", url)
+            .output()
+            .unwrap();
+        let message = String::from_utf8_lossy(&second.stderr);
+        assert_eq!(second.status.code(), Some(3), "{url}: {message}");
+        assert!(
+            message.contains("another `vigil serve` is already running"),
+            "{url}: {message}"
+        );
+        assert!(
+            message.contains(&format!("{}.lock", db.display())),
+            "{url}: the lock beside the real file is named: {message}"
+        );
+    }
+    assert!(
+        first.try_wait().unwrap().is_none(),
+        "the first engine still runs"
+    );
+    sigterm(&first);
+    assert!(wait_exit(&mut first, Duration::from_secs(10)).success());
+}
+
 fn check_refused(env: &[(&str, &str)], names: &[&str], absent: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     let mut command = vigil(dir.path());
@@ -238,6 +283,22 @@ fn an_invalid_setting_stops_start_up_naming_the_variable_and_the_value() {
         )],
         &["DATABASE_URL", "postgres://vigil:***@127.0.0.1:5432/vigil"],
         &["hunter2"],
+    );
+    check_refused(
+        &[(
+            "DATABASE_URL",
+            "postgres://127.0.0.1:5432/vigil?user=vigil&password=hunter%2F2",
+        )],
+        &[
+            "DATABASE_URL",
+            "postgres://127.0.0.1:5432/vigil?user=vigil&password=***",
+        ],
+        &["hunter"],
+    );
+    check_refused(
+        &[("DATABASE_URL", "postgres://vigil:hunter/2@127.0.0.1/vigil")],
+        &["DATABASE_URL", "postgres://***"],
+        &["hunter"],
     );
     check_refused(
         &[("DATABASE_URL", "mysql://127.0.0.1/vigil")],

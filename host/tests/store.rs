@@ -63,6 +63,32 @@ async fn migrations_run_once_and_the_database_uses_wal() {
 }
 
 #[tokio::test]
+async fn every_connection_of_the_pool_syncs_each_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_path(&dir.path().join("vigil.db"))
+        .await
+        .unwrap();
+    // Several connections held at once, so that the pool opens more than the first.
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(store.pool().acquire().await.unwrap());
+    }
+    for connection in &mut held {
+        // 2 is FULL: in WAL mode, each commit syncs the log before it returns.
+        let synchronous: i64 = sqlx::query_scalar("PRAGMA synchronous")
+            .fetch_one(&mut **connection)
+            .await
+            .unwrap();
+        assert_eq!(synchronous, 2);
+        let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
+            .fetch_one(&mut **connection)
+            .await
+            .unwrap();
+        assert_eq!(mode, "wal");
+    }
+}
+
+#[tokio::test]
 async fn discovery_upserts_insert_update_and_never_delete_or_touch_manual_and_ignored() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open_path(&dir.path().join("vigil.db"))
@@ -252,6 +278,65 @@ fn database_urls_are_checked_and_passwords_redacted() {
     );
     assert_eq!(redact_url("sqlite://vigil.db"), "sqlite://vigil.db");
     assert_eq!(
+        redact_url("sqlite:///var/lib/vigil/v.db?mode=rwc"),
+        "sqlite:///var/lib/vigil/v.db?mode=rwc"
+    );
+    // Every shape a password can take: each is redacted, and what is not secret is kept.
+    let check = |url: &str, expected: &str| {
+        let redacted = redact_url(url);
+        assert_eq!(redacted, expected, "{url}");
+        for secret in ["hunter", "s3cr3t"] {
+            assert!(!redacted.contains(secret), "{url} -> {redacted}");
+        }
+    };
+    check(
+        "postgres://vigil:hunter%2F2%3F%23@db:5432/vigil",
+        "postgres://vigil:***@db:5432/vigil",
+    );
+    check(
+        "postgres://vigil:hun@ter2@db/vigil",
+        "postgres://vigil:***@db/vigil",
+    );
+    check(
+        "postgres://vigil:hun:ter2@db/vigil",
+        "postgres://vigil:***@db/vigil",
+    );
+    // Unencoded `/`, `?` or `#` end the authority early for a URL parser: the password then
+    // reads as a port or a path, so nothing after the scheme is shown.
+    check("postgres://vigil:hunter/2@db:5432/vigil", "postgres://***");
+    check("postgres://vigil:12/hunter@db:5432/vigil", "postgres://***");
+    check("postgres://vigil:hunter?2@db/vigil", "postgres://***");
+    check("postgres://vigil:hunter#2@db/vigil", "postgres://***");
+    check(
+        "postgres://vigil:hunter2@db:notaport/vigil?sslpassword=s3cr3t",
+        "postgres://vigil:***@db:notaport/vigil?***",
+    );
+    check(
+        "postgres://db/vigil?user=vigil&password=hunter2",
+        "postgres://db/vigil?user=vigil&password=***",
+    );
+    check(
+        "postgres://db/vigil?sslmode=require&sslpassword=s3cr3t&application_name=v",
+        "postgres://db/vigil?sslmode=require&sslpassword=***&***",
+    );
+    check(
+        "postgres://db/vigil?%70assword=hunter2",
+        "postgres://db/vigil?password=***",
+    );
+    check(
+        "postgres://db/vigil?PASSWORD=hunter%262#s3cr3t",
+        "postgres://db/vigil?PASSWORD=***#***",
+    );
+    check(
+        "postgres://db/vigil?password=hunter&2",
+        "postgres://db/vigil?password=***&***",
+    );
+    check(
+        "postgres://vigil:hunter2@db/vigil?user=x@y&token=s3cr3t",
+        "postgres://vigil:***@db/vigil?user=x%40y&token=***",
+    );
+    check("sqlite:vigil.db?key=s3cr3t", "sqlite:vigil.db?key=***");
+    assert_eq!(
         sqlite_path("sqlite://vigil.db").unwrap(),
         Some("vigil.db".into())
     );
@@ -281,4 +366,47 @@ fn the_database_lock_is_exclusive_and_released_on_drop() {
     assert!(refused.to_string().contains("vigil.db.lock"));
     drop(lock);
     DatabaseLock::acquire(&db).unwrap();
+}
+
+#[test]
+fn the_database_lock_holds_whatever_link_names_the_file() {
+    use std::os::unix::fs::symlink;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let data = root.join("data");
+    std::fs::create_dir(&data).unwrap();
+    let db = data.join("vigil.db");
+    // A link to a database that does not exist yet: the file will be created at its target.
+    symlink(&db, root.join("early.db")).unwrap();
+    let lock = DatabaseLock::acquire(&root.join("early.db")).unwrap();
+    assert_eq!(lock.path(), data.join("vigil.db.lock"));
+    drop(lock);
+
+    std::fs::write(&db, b"").unwrap();
+    symlink(&db, root.join("link.db")).unwrap();
+    symlink(&data, root.join("alias")).unwrap();
+    let lock = DatabaseLock::acquire(&db).unwrap();
+    for other in [
+        root.join("link.db"),
+        root.join("alias/vigil.db"),
+        root.join("alias/../data/vigil.db"),
+        root.join("early.db"),
+    ] {
+        let refused = DatabaseLock::acquire(&other).unwrap_err();
+        let LockError::Held {
+            database,
+            lock: held,
+        } = &refused
+        else {
+            panic!("{}: {refused}", other.display());
+        };
+        assert_eq!(held, &data.join("vigil.db.lock").display().to_string());
+        assert!(
+            database.contains(&db.display().to_string())
+                && database.contains(&other.display().to_string()),
+            "the message names the file and the link: {refused}"
+        );
+    }
+    drop(lock);
+    DatabaseLock::acquire(&root.join("alias/vigil.db")).unwrap();
 }

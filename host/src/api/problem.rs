@@ -53,7 +53,7 @@ pub enum ProblemKind {
     OriginNotAllowed,
     /// The server failed; the details are in its log.
     Internal,
-    /// The server cannot answer now (shutting down, database unreachable).
+    /// The server cannot answer now (shutting down, database unreachable or busy).
     Unavailable,
 }
 
@@ -139,7 +139,16 @@ pub struct Problem {
     /// The input at fault (`body.endpoint`, `query.status`, `path.name`…), when known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
+    /// Seconds after which the same request may succeed: sent as `Retry-After`, not in
+    /// the body.
+    #[serde(skip)]
+    pub retry_after: Option<u32>,
 }
+
+/// How long a client is asked to wait before retrying a request the store was too busy for
+/// (`Retry-After`, in seconds). The store has already waited its busy timeout by then; a
+/// short pause lets the writes ahead of the request drain.
+pub const BUSY_RETRY_AFTER_SECONDS: u32 = 2;
 
 impl Problem {
     /// A problem of `kind` with `detail`.
@@ -150,7 +159,15 @@ impl Problem {
             status: kind.status().as_u16(),
             detail: detail.into(),
             field: None,
+            retry_after: None,
         }
+    }
+
+    /// The same problem, telling the client to retry after `seconds` (`Retry-After`).
+    #[must_use]
+    pub fn retry_after(mut self, seconds: u32) -> Self {
+        self.retry_after = Some(seconds);
+        self
     }
 
     /// The same problem, naming the input at fault.
@@ -178,10 +195,16 @@ impl Problem {
 impl IntoResponse for Problem {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let retry_after = self.retry_after;
         let mut response = (status, Json(self)).into_response();
         response
             .headers_mut()
             .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+        if let Some(seconds) = retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
         if status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
@@ -203,6 +226,15 @@ impl From<StoreError> for Problem {
                 Self::new(ProblemKind::ClusterOffline, error.to_string())
             }
             StoreError::HasApps { .. } => Self::new(ProblemKind::ClusterHasApps, error.to_string()),
+            // Busy is not broken: the client may retry, and the cause is logged as a warning.
+            _ if error.is_busy() => {
+                warn!(error = %error_chain(&error), "the database is busy");
+                Self::new(
+                    ProblemKind::Unavailable,
+                    format!("the database is busy; retry in {BUSY_RETRY_AFTER_SECONDS} seconds"),
+                )
+                .retry_after(BUSY_RETRY_AFTER_SECONDS)
+            }
             _ => Self::internal("the database operation", &error),
         }
     }
@@ -282,5 +314,86 @@ impl From<QueryRejection> for Problem {
             .map(|f| format!("query.{f}"))
             .unwrap_or_else(|| "query".to_owned());
         Self::invalid(field, detail)
+    }
+}
+
+/// Adds to every operation under `/api/v1` of `openapi` the `503` that a busy store (or a
+/// server that cannot answer now) gives, with its `Retry-After`: any of them may meet it, so
+/// it is documented once here rather than on each route.
+pub fn document_unavailable(openapi: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::header::HeaderBuilder;
+    use utoipa::openapi::schema::Type;
+    use utoipa::openapi::{ContentBuilder, ObjectBuilder, Ref, ResponseBuilder};
+    let response = ResponseBuilder::new()
+        .description(
+            "The database is busy, or the server cannot answer now: retry after `Retry-After` seconds",
+        )
+        .header(
+            "Retry-After",
+            HeaderBuilder::new()
+                .schema(ObjectBuilder::new().schema_type(Type::Integer))
+                .description(Some("Seconds to wait before retrying"))
+                .build(),
+        )
+        .content(
+            PROBLEM_JSON,
+            ContentBuilder::new()
+                .schema(Some(Ref::from_schema_name("Problem")))
+                .build(),
+        )
+        .build();
+    for (path, item) in &mut openapi.paths.paths {
+        if !path.starts_with("/api/v1/") {
+            continue;
+        }
+        let operations = [
+            &mut item.get,
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+            &mut item.patch,
+        ];
+        for operation in operations.into_iter().flatten() {
+            operation
+                .responses
+                .responses
+                .entry(StatusCode::SERVICE_UNAVAILABLE.as_str().to_owned())
+                .or_insert_with(|| response.clone().into());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problem_of(source: sqlx::Error) -> Problem {
+        StoreError::Query {
+            doing: "testing",
+            source,
+        }
+        .into()
+    }
+
+    #[test]
+    fn a_store_that_timed_out_waiting_for_a_connection_is_unavailable_not_broken() {
+        let problem = problem_of(sqlx::Error::PoolTimedOut);
+        assert_eq!(problem.status, 503, "{problem:?}");
+        assert_eq!(problem.retry_after, Some(BUSY_RETRY_AFTER_SECONDS));
+        let response = problem.into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            response.headers()[header::RETRY_AFTER],
+            BUSY_RETRY_AFTER_SECONDS.to_string()
+        );
+        // Anything else the database says stays an internal error, without a retry hint.
+        let problem = problem_of(sqlx::Error::RowNotFound);
+        assert_eq!((problem.status, problem.retry_after), (500, None));
+        assert!(
+            !problem
+                .into_response()
+                .headers()
+                .contains_key(header::RETRY_AFTER)
+        );
     }
 }

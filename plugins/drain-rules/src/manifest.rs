@@ -8,6 +8,8 @@
 
 use serde_json::Value;
 
+use vigil_kubeconfig_rules::yaml::{self, Node, Step};
+
 use crate::model::{
     ClusterObjects, Condition, ObjectMeta, OwnerReference, Pod, PodDisruptionBudget, PodStatus,
     Workload, WorkloadKind,
@@ -94,12 +96,22 @@ impl Manifests {
             if value.is_null() {
                 continue;
             }
-            match self.add_object(value) {
+            match self.add_object(&value) {
                 Ok(()) => {}
-                Err(ObjectProblem {
-                    item,
-                    problem: text,
-                }) => {
+                Err(object_problem) => {
+                    // Where the value is, read again from the YAML only now: a document
+                    // that is read without a problem never pays for it.
+                    let root = object_problem
+                        .shape
+                        .as_ref()
+                        .and_then(|_| Node::read(document));
+                    let node = object_problem
+                        .shape
+                        .as_ref()
+                        .zip(root.as_ref())
+                        .and_then(|(shape, root)| root.at(&shape.at));
+                    let item = object_problem.item;
+                    let text = object_problem.text(node, line);
                     let mut problem = problem(text);
                     problem.item = item;
                     self.problems.push(problem);
@@ -109,8 +121,8 @@ impl Manifests {
     }
 
     /// Adds one object (or the items of a `List`).
-    fn add_object(&mut self, value: Value) -> Result<(), ObjectProblem> {
-        let Value::Object(map) = &value else {
+    fn add_object(&mut self, value: &Value) -> Result<(), ObjectProblem> {
+        let Value::Object(map) = value else {
             return Err(ObjectProblem::new(
                 None,
                 "not a Kubernetes object (not a mapping)",
@@ -133,8 +145,8 @@ impl Manifests {
         }
         if kind == "List" || kind.ends_with("List") && map.contains_key("items") {
             let items = match map.get("items") {
-                Some(Value::Array(items)) => items.clone(),
-                None | Some(Value::Null) => Vec::new(),
+                Some(Value::Array(items)) => items.as_slice(),
+                None | Some(Value::Null) => &[],
                 Some(_) => {
                     return Err(ObjectProblem::new(
                         None,
@@ -143,41 +155,36 @@ impl Manifests {
                 }
             };
             let mut first_problem = None;
-            for (index, item) in items.into_iter().enumerate() {
+            for (index, item) in items.iter().enumerate() {
                 if let Err(mut problem) = self.add_object(item) {
                     problem.item = Some(index + 1);
+                    if let Some(shape) = &mut problem.shape {
+                        let prefix = [Step::Key("items".to_owned()), Step::Index(index)];
+                        shape.at.splice(0..0, prefix);
+                        shape.within += 2;
+                    }
                     first_problem.get_or_insert(problem);
                 }
             }
             return first_problem.map_or(Ok(()), Err);
         }
         self.objects_read += 1;
-        let invalid = |error: serde_json::Error| {
-            ObjectProblem::new(
-                None,
-                &format!(
-                    "{kind} does not have the expected shape: {}",
-                    describe(&error)
-                ),
-            )
-        };
         match kind.as_str() {
             "PodDisruptionBudget" => {
-                let mut budget: PodDisruptionBudget =
-                    serde_json::from_value(value).map_err(invalid)?;
+                let mut budget: PodDisruptionBudget = typed(&kind, value)?;
                 // A manifest's status is whatever was exported with it: not the cluster's.
                 budget.status = None;
                 self.objects.budgets.push(budget);
             }
             "Pod" => {
-                let mut pod: Pod = serde_json::from_value(value).map_err(invalid)?;
+                let mut pod: Pod = typed(&kind, value)?;
                 pod.status = running_and_ready();
                 self.objects.pods.push(pod);
             }
             other => {
-                if let Some(kind) = WorkloadKind::from_kind(other) {
-                    let object = serde_json::from_value(value).map_err(invalid)?;
-                    self.add_workload(Workload::from_object(kind, object));
+                if let Some(workload_kind) = WorkloadKind::from_kind(other) {
+                    let object = typed(other, value)?;
+                    self.add_workload(Workload::from_object(workload_kind, object));
                 }
                 // Any other kind (Service, ConfigMap, Secret…) plays no part in drains.
             }
@@ -240,7 +247,25 @@ impl Manifests {
 
 struct ObjectProblem {
     item: Option<usize>,
+    /// What is wrong, when it is not a value of the wrong shape.
     problem: String,
+    /// The value of the wrong shape, when that is the problem.
+    shape: Option<Box<Shape>>,
+}
+
+/// An object whose value at `at` does not have the shape its kind requires.
+struct Shape {
+    /// The object's kind.
+    kind: String,
+    /// Whether the value has the wrong type (rather than a wrong value of the right type).
+    wrong_type: bool,
+    /// The path from the document's root to the value (through a `List`'s items).
+    at: Vec<Step>,
+    /// Where the object's own path starts in `at`: after the `items[N]` of a `List`, which
+    /// the problem's place names already.
+    within: usize,
+    /// What was expected.
+    detail: String,
 }
 
 impl ObjectProblem {
@@ -248,8 +273,72 @@ impl ObjectProblem {
         Self {
             item,
             problem: problem.to_owned(),
+            shape: None,
         }
     }
+
+    /// The problem in words; `node` is the value at fault, read from the document that
+    /// starts at line `first_line`, when it could be found there.
+    fn text(&self, node: Option<&Node>, first_line: usize) -> String {
+        let Some(shape) = &self.shape else {
+            return self.problem.clone();
+        };
+        if shape.at.is_empty() {
+            return format!(
+                "{} does not have the expected shape: {}",
+                shape.kind, shape.detail
+            );
+        }
+        let line = node
+            .and_then(|node| usize::try_from(node.line).ok())
+            .filter(|line| *line > 0)
+            .map(|line| format!(" (line {})", line + first_line - 1))
+            .unwrap_or_default();
+        let found = match node {
+            Some(node) if shape.wrong_type => {
+                let hint = if matches!(node.kind, yaml::Kind::Boolean(_)) {
+                    " (YAML reads an unquoted y, yes, on or true as a boolean: quote the value if a string is meant)"
+                } else {
+                    ""
+                };
+                format!(", found {}{hint}", node.describe())
+            }
+            _ => String::new(),
+        };
+        format!(
+            "{} does not have the expected shape: `{}`{line}: {}{found}",
+            shape.kind,
+            yaml::show(&shape.at[shape.within..]),
+            shape.detail
+        )
+    }
+}
+
+/// `value` read as a `T` (the object of kind `kind`), or a problem naming the path to the
+/// value at fault (`spec.selector.matchLabels.enabled`) and what was expected.
+fn typed<T: serde::de::DeserializeOwned>(kind: &str, value: &Value) -> Result<T, ObjectProblem> {
+    serde_path_to_error::deserialize(value).map_err(|error| {
+        let at: Vec<Step> = error
+            .path()
+            .iter()
+            .filter_map(|segment| match segment {
+                serde_path_to_error::Segment::Map { key } => Some(Step::Key(key.clone())),
+                serde_path_to_error::Segment::Seq { index } => Some(Step::Index(*index)),
+                _ => None,
+            })
+            .collect();
+        ObjectProblem {
+            item: None,
+            problem: String::new(),
+            shape: Some(Box::new(Shape {
+                kind: kind.to_owned(),
+                wrong_type: error.inner().to_string().starts_with("invalid type"),
+                within: 0,
+                at,
+                detail: describe(error.inner()),
+            })),
+        }
+    })
 }
 
 /// A serde error without the value it was given (which could be a secret): its

@@ -14,7 +14,8 @@
 //!   as kubectl resolves it;
 //! - [`server`]: which `server` URLs vigil accepts;
 //! - [`text`]: a kubeconfig's bytes as text (encodings, size limit), and YAML parser messages
-//!   reduced to descriptions that never quote the file.
+//!   reduced to descriptions that never quote the file;
+//! - [`yaml`]: where a value is in a YAML document, so that a message can name its path.
 //!
 //! The kubeconfig *structures* are not here: the host reads them with the `kube` crate's
 //! types, and the SDK with its own serde types of the same shape (the `kube` crate does not
@@ -31,3 +32,4 @@ pub mod path;
 pub mod reference;
 pub mod server;
 pub mod text;
+pub mod yaml;

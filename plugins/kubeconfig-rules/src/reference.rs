@@ -101,6 +101,14 @@ pub enum ReferenceError {
     /// An `http(s)://` URL with `user:password@`: credentials belong in a credential parameter.
     #[error("the URL embeds credentials (user@host); give them as a credential parameter instead")]
     CredentialsInUrl,
+    /// An `http(s)://` URL whose query (or fragment) has a parameter named like a credential
+    /// (`token`, `access_token`, `key`, `sig`, `password`, `X-Amz-Signature`…). A reference is
+    /// stored, shown by the API and logged as it is, so it must not hold a secret.
+    #[error(
+        "the URL carries a credential in {}: a reference is stored and shown as it is; give the credential as a credential parameter instead",
+        .0.as_deref().map_or_else(|| "a query parameter".to_owned(), |name| format!("its query parameter `{name}`"))
+    )]
+    CredentialInQuery(Option<String>),
 }
 
 impl Reference {
@@ -285,9 +293,72 @@ fn parse_http(url: &str) -> Result<Reference, ReferenceError> {
     if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err(ReferenceError::MalformedUrl("it contains white space"));
     }
+    // The fragment is never sent, but it is stored and shown with the rest (a token after
+    // `#access_token=` is as exposed there as in the query).
+    let after_path = rest.find(['?', '#']).map_or("", |at| &rest[at + 1..]);
+    if let Some(name) = after_path
+        .split(['&', ';', '?', '#'])
+        .map(|pair| pair.split('=').next().unwrap_or_default())
+        .find(|name| {
+            is_credential_name(&percent_decode(name).unwrap_or_else(|_| (*name).to_owned()))
+        })
+    {
+        let name = percent_decode(name).unwrap_or_else(|_| name.to_owned());
+        // The name is quoted only when it is short and plain: text that merely contains a
+        // credential word could be the credential itself (`?token-3f9a…` without a value).
+        let quotable = name.len() <= 40
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        return Err(ReferenceError::CredentialInQuery(quotable.then_some(name)));
+    }
     Ok(Reference::Http {
         url: url.to_owned(),
     })
+}
+
+/// The words that make a URL parameter's name a credential's, compared with each word of
+/// the name (split at punctuation and at lower-to-upper case changes, case ignored), so that
+/// `access_token`, `accessToken`, `X-Amz-Signature` and `apikey` all match, and `keyword` or
+/// `bypass` do not.
+const CREDENTIAL_WORDS: &[&str] = &[
+    "token",
+    "key",
+    "apikey",
+    "sig",
+    "signature",
+    "password",
+    "passwd",
+    "pwd",
+    "pass",
+    "secret",
+    "clientsecret",
+    "auth",
+    "authorization",
+    "credential",
+    "credentials",
+    "jwt",
+    "bearer",
+];
+
+/// Whether a URL parameter named `name` carries a credential (see [`CREDENTIAL_WORDS`]).
+fn is_credential_name(name: &str) -> bool {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut previous_lower = false;
+    for c in name.chars() {
+        if !c.is_alphanumeric() || (c.is_uppercase() && previous_lower) {
+            words.push(std::mem::take(&mut word));
+        }
+        previous_lower = c.is_lowercase() || c.is_ascii_digit();
+        if c.is_alphanumeric() {
+            word.extend(c.to_lowercase());
+        }
+    }
+    words.push(word);
+    words
+        .iter()
+        .any(|word| CREDENTIAL_WORDS.contains(&word.as_str()))
 }
 
 /// RFC 1123 label, as Kubernetes requires of namespaces.
@@ -423,6 +494,62 @@ mod tests {
             }),
         );
         check("https://user:pw@host/", Err(E::CredentialsInUrl));
+    }
+
+    #[test]
+    fn urls_with_credentials_in_their_query_are_refused_naming_the_parameter() {
+        let refused = |url: &str, name: Option<&str>| {
+            let error = Reference::parse(url).unwrap_err();
+            assert_eq!(
+                error,
+                ReferenceError::CredentialInQuery(name.map(str::to_owned)),
+                "{url}"
+            );
+            let message = error.to_string();
+            assert!(!message.contains("s3cr3t"), "{url}: {message}");
+        };
+        for name in [
+            "token",
+            "access_token",
+            "accessToken",
+            "id_token",
+            "key",
+            "api_key",
+            "apikey",
+            "sig",
+            "password",
+            "X-Amz-Signature",
+            "X-Amz-Credential",
+            "X-Amz-Security-Token",
+            "X-Goog-Signature",
+            "client_secret",
+            "auth",
+            "jwt",
+        ] {
+            refused(&format!("https://h/healthz?{name}=s3cr3t"), Some(name));
+            refused(
+                &format!("https://h/healthz?verbose&{name}=s3cr3t&x=1"),
+                Some(name),
+            );
+        }
+        refused("https://h/?%74oken=s3cr3t", Some("token"));
+        refused("https://h/?TOKEN=s3cr3t", Some("TOKEN"));
+        refused("https://h/?a=1;sig=s3cr3t", Some("sig"));
+        refused("https://h/#access_token=s3cr3t", Some("access_token"));
+        refused(
+            "https://h/?access-token-s3cr3t-0123456789abcdef0123456789",
+            None,
+        );
+        // Ordinary health URLs keep working, whatever their parameters.
+        for url in [
+            "https://h/readyz?verbose&exclude=etcd",
+            "https://h/healthz?timeout=5s&format=json",
+            "https://h/livez?keyword=a&bypass=cache&monkey=1",
+            "http://localhost/readyz?verbose#x",
+            "https://h/token/healthz",
+        ] {
+            assert!(Reference::parse(url).is_ok(), "{url}");
+        }
     }
 
     #[test]

@@ -59,6 +59,28 @@ pub fn sanitize_yaml_problem(message: &str, source: &str) -> String {
     )
 }
 
+/// `problem` (a sanitised YAML parser message about the value at `line` and `column` of
+/// `source`) with the path to that value and what it is — by type only, so that nothing of
+/// the file is quoted: `invalid boolean at `clusters[0].cluster.insecure-skip-tls-verify`,
+/// found a string`. Unchanged when the text is not one YAML document the parser can read, or
+/// no value starts there.
+pub fn locate_yaml_problem(problem: String, source: &str, line: u64, column: u64) -> String {
+    let Some(root) = crate::yaml::Node::read(source) else {
+        return problem;
+    };
+    let Some(path) = root.path_to(line, column).filter(|path| !path.is_empty()) else {
+        return problem;
+    };
+    let shown = crate::yaml::show(&path);
+    match root.at(&path) {
+        // What is there says nothing about a field missing from it.
+        Some(node) if !problem.starts_with("missing field") => {
+            format!("{problem} at `{shown}`, found {}", node.describe())
+        }
+        _ => format!("{problem} at `{shown}`"),
+    }
+}
+
 /// [`sanitize_yaml_problem`] for any parser's message (TOML's too: its messages are serde's
 /// and quote input the same way), with `generic` as the last guard's replacement.
 pub fn sanitize_parser_problem(message: &str, source: &str, generic: &str) -> String {

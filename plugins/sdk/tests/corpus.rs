@@ -141,7 +141,7 @@ fn bad_kubeconfigs_are_not_probeable_for_the_hosts_reasons() {
     );
     check(
         "<root>/bad/context-without-cluster.yaml#lonely",
-        "not probeable (reference-broken): invalid kubeconfig YAML at line 10, column 5: missing field `cluster`",
+        "not probeable (reference-broken): invalid kubeconfig YAML at line 10, column 5: missing field `cluster` at `contexts[0].context`",
     );
     check(
         "<root>/bad/empty.yaml",
