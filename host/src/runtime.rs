@@ -999,6 +999,13 @@ impl PluginRuntime {
             },
         };
         warn!(plugin = %plugin.name, cluster = %target.name, host_fault = fault.host, "accepts failed: {}; asked again at the next probe", fault.message);
+        // The plugin's own failure counts against it like a failed probe call, so a
+        // replacement whose `accepts` always fails is rolled back by its probation; an
+        // instance vigil could not make says nothing about it.
+        if !fault.host && !plugin.is_audit() {
+            plugin.faults.fetch_add(1, Ordering::Relaxed);
+            self.judge_probation(plugin, true);
+        }
         Err(fault)
     }
 

@@ -1802,6 +1802,40 @@ async fn an_http_reference_carrying_a_credential_is_refused_naming_the_field_not
             reply.text
         );
     }
+    // The endpoint is stored and shown as it is too.
+    for (endpoint, named) in [
+        (
+            "https://127.0.0.1:8443/?access_token=vigil-url-secret-41",
+            "`access_token`",
+        ),
+        (
+            "https://monitor:vigil-url-secret-41@127.0.0.1:8443",
+            "user@host",
+        ),
+    ] {
+        let reply = api
+            .post(
+                "/api/v1/clusters",
+                json!({
+                    "name": "leaky",
+                    "endpoint": endpoint,
+                    "kubeconfig_secret_ref": "https://127.0.0.1:8443/readyz",
+                }),
+            )
+            .await;
+        assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{}", reply.text);
+        assert_eq!(reply.body["field"], "body.endpoint", "{}", reply.text);
+        let detail = reply.body["detail"].as_str().unwrap();
+        assert!(
+            detail.contains(named) && detail.contains("credential parameter"),
+            "{endpoint}: {detail}"
+        );
+        assert!(
+            !reply.text.contains("vigil-url-secret-41"),
+            "{}",
+            reply.text
+        );
+    }
     assert_eq!(
         api.get("/api/v1/clusters/leaky").await.status,
         StatusCode::NOT_FOUND,

@@ -340,6 +340,72 @@ async fn a_replacement_that_traps_is_rolled_back_after_its_probation_and_marked_
     assert_eq!(status(&runtime).current.map(|p| p.generation), Some(1));
 }
 
+/// A replacement whose `accepts` always fails probes nothing, so it is judged on those
+/// failures: it is rolled back like one whose probes fail, and the previous generation
+/// takes the cluster again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replacement_whose_accepts_always_fails_is_rolled_back_by_its_probation() {
+    let temp = tempfile::tempdir().expect("tempdir");
+    let (fleet, written) = fleet(temp.path()).await;
+    let endpoint = fleet.clusters()[0].server_url();
+    let dir = plugin_dir(temp.path());
+    // The `picky` test plugin's `accepts` does what this file says: trap.
+    let credentials = temp.path().join("credentials");
+    std::fs::create_dir_all(&credentials).expect("credentials dir");
+    let answer = credentials.join("accepts");
+    std::fs::write(&answer, "trap").expect("write the answer");
+    let (runtime, report) = PluginRuntime::load(&RuntimeSettings {
+        plugin_dir: dir.clone(),
+        cache_dir: None,
+        concurrency: 4,
+        credential_dirs: vec![credentials],
+        secrets: None,
+        registration_allow: Default::default(),
+    })
+    .await
+    .expect("the runtime starts");
+    assert!(report.refused.is_empty(), "{report:#?}");
+    runtime.set_probation(ProbationPolicy {
+        probes: 3,
+        max_inconclusive_ratio: 0.34,
+    });
+    let mut routed = target(&written, &endpoint, None);
+    routed.parameters = BTreeMap::from([(
+        "accepts-from".to_owned(),
+        format!("file://{}", answer.display()),
+    )]);
+    assert_eq!(runtime.probe_attributed(&routed).await, healthy(1));
+
+    install(
+        &dir.join("kube.wasm"),
+        &std::fs::read(plugin_file("picky")).expect("read"),
+    );
+    let report = runtime.reload().await.expect("reload");
+    assert_eq!(report.promoted.len(), 1, "{report:#?}");
+    assert_eq!(status(&runtime).state, PluginState::Probation);
+    for _ in 0..2 {
+        let probed = runtime.probe_attributed(&routed).await;
+        match &probed.outcome {
+            ProbeOutcome::Inconclusive {
+                class: ReasonClass::PluginFault,
+                message,
+            } => assert!(message.contains("accepts failed"), "{message}"),
+            other => panic!("expected inconclusive(plugin-fault), got {other:?}"),
+        }
+    }
+    let kube = status(&runtime);
+    assert_eq!(kube.state, PluginState::Active, "{kube:#?}");
+    assert_eq!(kube.current.as_ref().map(|p| p.generation), Some(1));
+    let failure = kube
+        .last_failure
+        .expect("the failed generation is recorded");
+    assert_eq!(
+        (failure.stage, failure.generation),
+        (FailureStage::Probation, 2)
+    );
+    assert_eq!(runtime.probe_attributed(&routed).await, healthy(1));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_removed_file_retires_its_plugin_once_running_probes_finish() {
     let temp = tempfile::tempdir().expect("tempdir");

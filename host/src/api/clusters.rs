@@ -22,7 +22,7 @@ use super::views::{
 };
 use super::{ApiState, PageQuery, ProbeNowError, location, newest_first_page, page_size};
 use crate::address_rule::SETTING;
-use crate::reference::{self, Reference, lies_under};
+use crate::reference::{self, Reference, ReferenceError, lies_under};
 use crate::runtime::{OPERATOR_PARAMETER_PREFIX, is_operator_parameter};
 use crate::store::{ClusterFilter, ClusterPatch, ClusterSource, NewCluster, PageEntry};
 use crate::worker::{Probed, wall_clock};
@@ -81,12 +81,30 @@ fn check_endpoint(endpoint: &str) -> Result<(), Problem> {
         .parse()
         .map_err(|e| Problem::invalid("body.endpoint", format!("not a URL: {e}")))?;
     match (uri.scheme_str(), uri.host()) {
-        (Some("https" | "http"), Some(host)) if !host.is_empty() => Ok(()),
-        _ => Err(Problem::invalid(
-            "body.endpoint",
-            "the endpoint must be an http(s) URL with a host, e.g. https://10.0.0.1:6443",
-        )),
+        (Some("https" | "http"), Some(host)) if !host.is_empty() => {}
+        _ => {
+            return Err(Problem::invalid(
+                "body.endpoint",
+                "the endpoint must be an http(s) URL with a host, e.g. https://10.0.0.1:6443",
+            ));
+        }
     }
+    // The endpoint is stored and shown as it is, like an `http(s)://` reference: the same
+    // rule keeps credentials (`user:password@`, `?token=`) out of it.
+    let carried = match Reference::parse(endpoint) {
+        Err(ReferenceError::CredentialsInUrl) => "its user@host part".to_owned(),
+        Err(ReferenceError::CredentialInQuery(name)) => name.map_or_else(
+            || "a query parameter".to_owned(),
+            |name| format!("its query parameter `{name}`"),
+        ),
+        _ => return Ok(()),
+    };
+    Err(Problem::invalid(
+        "body.endpoint",
+        format!(
+            "the endpoint carries a credential in {carried}: it is stored and shown as it is; give the credential as a credential parameter instead"
+        ),
+    ))
 }
 
 /// The host of an `http(s)://` URL (`what` names it in the detail) must lie inside
