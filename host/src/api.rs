@@ -1,4 +1,4 @@
-//! The REST API (DESIGN §6): the only module that knows HTTP and JSON.
+//! The REST API: the only module that knows HTTP and JSON.
 //!
 //! [`app`] builds the whole router from an [`ApiState`]; tests drive it with `oneshot`
 //! and no socket. Every route is declared with `utoipa`, so `/openapi.json` is generated
@@ -187,7 +187,8 @@ pub struct ApiState {
     pub plugins: Arc<dyn PluginCatalog>,
     /// Tokens.
     pub access: Access,
-    /// Where a manually registered file reference may lie (DESIGN §3).
+    /// Where a manually registered file reference may lie: under `KUBECONFIG_PATH`'s files,
+    /// `KUBECONFIG_DIR` or `VIGIL_CREDENTIAL_DIRS`.
     pub credential_roots: Arc<[PathBuf]>,
     /// Where a registered endpoint or `http(s)://` URL may point
     /// (`VIGIL_REGISTRATION_ALLOW`).

@@ -1,4 +1,4 @@
-//! The engine's drain-readiness audits (DESIGN §5): every ONLINE cluster is audited on
+//! The engine's drain-readiness audits: every ONLINE cluster is audited on
 //! its own schedule (`CLUSTER_AUDIT_INTERVAL`), by an audit plugin behind [`Auditor`];
 //! the store keeps the latest findings and sets `drain-blocked` while a blocking one
 //! exists. An audit never changes a cluster's status, and one that could not read what

@@ -1,5 +1,5 @@
 //! The command line: every setting is a flag and an environment variable
-//! (DESIGN §6), parsed and checked before anything is written.
+//! (all listed in `examples/vigil.env`), parsed and checked before anything is written.
 
 use std::ffi::OsString;
 use std::net::SocketAddr;

@@ -1,4 +1,4 @@
-//! Kubeconfig discovery (DESIGN §3): which kubeconfig files vigil reads, which clusters they
+//! Kubeconfig discovery: which kubeconfig files vigil reads, which clusters they
 //! define, and a watcher that says when to read them again.
 //!
 //! Discovery turns every context of every source file into one [`DiscoveredCluster`] whose

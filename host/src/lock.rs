@@ -1,4 +1,4 @@
-//! One engine per database file (R4): `vigil serve` holds an exclusive lock on
+//! One engine per database file (docs/rules.md#one-engine-per-file): `vigil serve` holds an exclusive lock on
 //! a file beside the SQLite database for as long as it runs.
 //!
 //! The lock is an OS advisory lock (`flock`), not the mere existence of the

@@ -1,4 +1,4 @@
-//! Prometheus metrics of the engine (DESIGN §6, `/metrics`).
+//! Prometheus metrics of the engine (`/metrics`).
 //!
 //! Two kinds of series:
 //! - what the worker *records* as it goes (probe durations, failures by reason class,

@@ -1,4 +1,4 @@
-//! Live plugin directory (DESIGN §4): the plugin runtime reloads when a `*.wasm` or
+//! Live plugin directory: the plugin runtime reloads when a `*.wasm` or
 //! `*.toml` file of `VIGIL_PLUGIN_DIR` changes (debounced), and on SIGHUP. What a
 //! reload does — candidates, promotion, probation, retirement — is the runtime's
 //! ([`PluginRuntime::reload`]); this module only decides when.

@@ -1,4 +1,4 @@
-//! Cluster references (`kubeconfig_secret_ref`, DESIGN §3) and their host-side resolution.
+//! Cluster references (`kubeconfig_secret_ref`) and their host-side resolution.
 //!
 //! A reference says where a cluster's connection details live:
 //! - `ABSOLUTE_PATH#CONTEXT` (or `ABSOLUTE_PATH` for the file's `current-context`): a
@@ -8,7 +8,7 @@
 //!
 //! [`resolve`] turns a file reference into [`ConnectionMaterial`] (server, TLS settings and
 //! credentials, inline or as files) or explains why the cluster is not probeable
-//! (DESIGN §1: `reference-broken`, `exec-credentials`). Secret and URL references are left to
+//! (`reference-broken`, `exec-credentials`: docs/rules.md#outcomes). Secret and URL references are left to
 //! plugins. Secret material only ever lives in [`SecretBytes`], which never prints itself.
 
 use std::fmt;
@@ -152,7 +152,7 @@ impl ConnectionMaterial {
 pub enum Resolution {
     /// The cluster can be probed with this material.
     Connection(Box<ConnectionMaterial>),
-    /// The cluster cannot be probed (DESIGN §1 `not-probeable`): never counted as a failure.
+    /// The cluster cannot be probed (`not-probeable`): never counted as a failure.
     NotProbeable {
         /// `reference-broken` or `exec-credentials`; `host-fault` when vigil could not look.
         class: ReasonClass,
@@ -362,7 +362,7 @@ fn resolve_config(
     let owner = format!("user {user_name:?} of context {context_name:?}");
 
     // Credential plugins decide before anything else: kubectl would run them, vigil does not
-    // (DESIGN "Later": exec-credential capability), so file problems are beside the point.
+    // (running them is not supported yet), so file problems are beside the point.
     if let Some(exec) = &user.exec {
         let command = exec
             .command
@@ -725,8 +725,8 @@ pub fn lexically_absolute(path: &Path) -> PathBuf {
 }
 
 /// Whether `path` is one of `roots` or lies under one of them, compared by name after
-/// resolving `.` and `..` (DESIGN §3: credential files lie under the kubeconfig sources
-/// and `VIGIL_CREDENTIAL_DIRS`).
+/// resolving `.` and `..` (credential files must lie under the kubeconfig sources or
+/// `VIGIL_CREDENTIAL_DIRS`).
 pub fn lies_under(path: &Path, roots: &[PathBuf]) -> bool {
     let path = lexically_absolute(path);
     roots

@@ -1,4 +1,4 @@
-//! History retention (DESIGN §1, `VIGIL_HISTORY_RETENTION_DAYS`): the transition
+//! History retention (docs/rules.md#history-retention, `VIGIL_HISTORY_RETENTION_DAYS`): the transition
 //! history older than the retention is pruned at start-up and then every hour.
 //! What may and may not be pruned is the store's rule ([`Store::prune_history`]);
 //! this module only says when.

@@ -1,4 +1,4 @@
-//! The plugin runtime: the only code that knows wasmtime (DESIGN §4).
+//! The plugin runtime: the only code that knows wasmtime.
 //!
 //! [`PluginRuntime::load`] compiles every `NAME.wasm` of the plugin directory (through a
 //! compiled-code cache), checks the world and contract version it targets, reads its
@@ -9,8 +9,9 @@
 //! sockets, a limiter summing the instance's memories and tables against the plugin's
 //! cap, an epoch deadline for the guest's CPU and tokio timeouts around the call and
 //! every host call. [`PluginRuntime`] implements [`Prober`]: it routes a cluster to a
-//! plugin (DESIGN §4 routing) and maps what the call did to a [`ProbeOutcome`] by the
-//! rules of DESIGN §1 (see `runtime/outcome.rs`).
+//! plugin (its explicit plugin, else by priority among those that accept it) and maps what
+//! the call did to a [`ProbeOutcome`] by the rules of docs/rules.md#whose-fault (see
+//! `runtime/outcome.rs`).
 //!
 //! Plugins reach the network through two doors, both behind one egress policy (see
 //! `runtime/egress.rs`): the contract's `http` interface, with per-request TLS material,
@@ -120,7 +121,7 @@ pub struct RuntimeSettings {
     /// How many plugin calls may run at once (probes plus audits): sizes the pool.
     pub concurrency: u32,
     /// The files and directories under which `file:///` credential parameters may lie
-    /// (DESIGN §3: `KUBECONFIG_PATH`'s files, `KUBECONFIG_DIR`, `VIGIL_CREDENTIAL_DIRS`).
+    /// (`KUBECONFIG_PATH`'s files, `KUBECONFIG_DIR`, `VIGIL_CREDENTIAL_DIRS`).
     /// Absolute paths; empty refuses every `file:///` parameter.
     pub credential_dirs: Vec<PathBuf>,
     /// Where the Secrets of `secret://` references and parameters are read (the
@@ -645,7 +646,7 @@ impl PluginRuntime {
     }
 
     /// Compares the plugin directory with what serves, and acts on every difference
-    /// (DESIGN §4, replacement): a new or changed `NAME.wasm` or `NAME.toml` is a
+    /// (replacement): a new or changed `NAME.wasm` or `NAME.toml` is a
     /// candidate generation — compiled off the probing path, checked, instantiated,
     /// asked `info()` under its deadline — promoted at once when it loads, and
     /// discarded with its failure kept when it does not, the previous generation
@@ -859,7 +860,7 @@ impl PluginRuntime {
             .collect()
     }
 
-    /// Audits `target` once (DESIGN §4, `audit` world) with the highest-priority audit
+    /// Audits `target` once (`audit` world) with the highest-priority audit
     /// plugin that accepts it, within `budget`. Never fails: a plugin's fault is
     /// [`AuditOutcome::Fault`], an unreadable kind [`AuditOutcome::Failed`]; only an
     /// [`AuditOutcome::Report`] should replace a cluster's findings.
@@ -871,7 +872,7 @@ impl PluginRuntime {
         self.catalog().serving(plugin)
     }
 
-    /// The plugin that probes `target` (DESIGN §4): its explicit plugin, else the
+    /// The plugin that probes `target`: its explicit plugin, else the
     /// highest-priority plugin that accepts it, or why there is none.
     async fn route(&self, target: &ProbeTarget) -> Result<Arc<LoadedPlugin>, ProbeOutcome> {
         if let Some(name) = &target.plugin {

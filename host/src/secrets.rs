@@ -1,5 +1,5 @@
 //! Reading Kubernetes Secrets from the management cluster, for `secret://` references and
-//! `secret://` credential parameters (DESIGN §3, §4).
+//! `secret://` credential parameters.
 //!
 //! The plugin runtime sees only the [`SecretSource`] trait: one read of one key of one
 //! Secret. [`ManagementCluster`] says where vigil's own credentials for the management
@@ -116,8 +116,8 @@ pub enum SecretError {
     },
 }
 
-/// Where vigil's own credentials for the management cluster come from (DESIGN §6:
-/// `VIGIL_MANAGEMENT_KUBECONFIG`, or in-cluster config when running in a pod).
+/// Where vigil's own credentials for the management cluster come from:
+/// `VIGIL_MANAGEMENT_KUBECONFIG`, or in-cluster config when running in a pod.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum ManagementCluster {
     /// A kubeconfig file; its current context is used. Takes precedence over in-cluster

@@ -316,7 +316,7 @@ pub async fn load_plugins(
     Ok(EngineProber::Plugins(runtime))
 }
 
-/// Where credential files may lie (DESIGN §3): the kubeconfig files and directory that
+/// Where credential files may lie: the kubeconfig files and directory that
 /// discovery reads, and `VIGIL_CREDENTIAL_DIRS`.
 pub fn credential_roots(
     discovery: &DiscoverySettings,

@@ -3,8 +3,9 @@
 //!
 //! Each probe result is applied in its own `BEGIN IMMEDIATE` transaction
 //! ([`Store::apply_probe`]), so one cluster's failure rolls back that cluster
-//! only (R3), and a process stopped mid-tick leaves every cluster either fully
-//! updated or untouched. Everything the rules need is persisted (R4).
+//! only, and a process stopped mid-tick leaves every cluster either fully
+//! updated or untouched. Everything the rules need is persisted
+//! (docs/rules.md#persistence).
 
 mod audits;
 mod operator;
@@ -96,7 +97,7 @@ pub enum StoreError {
         /// Its name.
         name: String,
     },
-    /// The deployment guard (R6): the target cluster is OFFLINE.
+    /// The deployment guard (docs/rules.md#deployment-guard): the target cluster is OFFLINE.
     #[error("cluster `{cluster}` is OFFLINE: deployments and reassignments to it are refused")]
     ClusterOffline {
         /// The cluster's name.
@@ -173,7 +174,7 @@ pub struct ClusterRecord {
     pub name: String,
     /// The API server address.
     pub endpoint: String,
-    /// The reference to its credentials (DESIGN §3); a reference, never secret material.
+    /// The reference to its credentials; a reference, never secret material.
     pub kubeconfig_secret_ref: String,
     /// Where it comes from.
     pub source: ClusterSource,
@@ -206,7 +207,7 @@ pub struct ClusterRecord {
 pub struct ProbedBy {
     /// The plugin's name.
     pub plugin: String,
-    /// Its generation (DESIGN §4, replacement).
+    /// Its generation (each replacement of the plugin is a new one).
     pub generation: u64,
 }
 
@@ -468,7 +469,7 @@ pub struct ApplySettings {
     /// The brake's settings.
     pub brake: BrakeConfig,
     /// Whether `brake.window_millis` was set explicitly. Otherwise the window
-    /// is the largest effective interval of the fleet (DESIGN §1, R5).
+    /// is the largest effective interval of the fleet (docs/rules.md#brake).
     pub brake_window_explicit: bool,
 }
 
@@ -797,7 +798,7 @@ impl Store {
 
     /// Inserts newly discovered clusters as UNKNOWN (due at once) and updates the
     /// endpoint and reference of known discovered clusters that changed. Never
-    /// deletes; never touches manual or ignored clusters (DESIGN §3).
+    /// deletes; never touches manual or ignored clusters.
     pub async fn upsert_discovered(
         &self,
         clusters: &[DiscoveredClusterRow],
@@ -1274,7 +1275,8 @@ impl Store {
         rows.into_iter().map(AppRow::record).collect()
     }
 
-    /// The platform sets an app's status; this clears its degraded-by marker (R7).
+    /// The platform sets an app's status; this clears its degraded-by marker
+    /// (docs/rules.md#marker-cleared).
     pub async fn set_app_status(
         &self,
         name: &str,
@@ -1287,7 +1289,8 @@ impl Store {
     }
 
     /// Reassigns an app to another cluster, refused while the target is OFFLINE
-    /// (R6, checked inside the writing transaction); clears the marker (R7).
+    /// (docs/rules.md#deployment-guard, checked inside the writing transaction); clears
+    /// the marker.
     pub async fn reassign_app(
         &self,
         name: &str,
@@ -1300,8 +1303,8 @@ impl Store {
     }
 
     /// Records a deployment of an app on its cluster, refused while the cluster
-    /// is OFFLINE (R6, inside the transaction); sets DEPLOYED and clears the
-    /// marker (R7).
+    /// is OFFLINE (docs/rules.md#deployment-guard, inside the transaction); sets DEPLOYED
+    /// and clears the marker.
     pub async fn record_deployment(
         &self,
         app: &str,
@@ -1381,7 +1384,7 @@ impl Store {
         .map_err(query_error("listing events"))
     }
 
-    /// Deletes the history older than `before` (DESIGN §1): events, then closed
+    /// Deletes the history older than `before` (docs/rules.md#history-retention): events, then closed
     /// outages. Kept whatever their age: the events of an open outage (those that
     /// name it, and those of its cluster since it opened), the open outage itself,
     /// and every outage that an app's degraded-by marker, a cluster or a kept
@@ -1684,7 +1687,8 @@ async fn cluster_id_by_name(
     id.map(ClusterId).ok_or_else(|| not_found("cluster", name))
 }
 
-/// The id of a cluster that may receive a deployment: anything but OFFLINE (R6).
+/// The id of a cluster that may receive a deployment: anything but OFFLINE
+/// (docs/rules.md#deployment-guard).
 async fn guarded_cluster(
     tx: &mut Transaction<'static, Sqlite>,
     name: &str,

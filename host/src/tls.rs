@@ -257,7 +257,7 @@ impl TlsClients {
             None => builder.with_no_client_auth(),
         };
         // A resumed session skips the server's certificate: a probe must see the
-        // certificate the server presents now (DESIGN: a fresh connection per probe).
+        // certificate the server presents now (every probe uses a fresh connection).
         config.resumption = Resumption::disabled();
         Ok(config)
     }

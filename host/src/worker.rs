@@ -1,5 +1,6 @@
 //! The health worker: probes each cluster when it is due, under a concurrency
-//! bound, and applies every result in its own transaction (DESIGN §2, R3).
+//! bound, and applies every result in its own transaction
+//! (docs/rules.md#one-transaction-per-cluster).
 //!
 //! The worker owns scheduling only. What a probe *is* sits behind [`Prober`]
 //! (the plugin runtime in production, scripted probers in tests); what a result
@@ -627,7 +628,7 @@ impl<P: Prober> ProbeJob<P> {
                 ProbeEnd::Abandoned
             }
             Err(error) => {
-                // R3: this cluster's transaction was rolled back; the others are
+                // This cluster's transaction was rolled back; the others are
                 // untouched. Its `next_due` could not be written either, so it is held
                 // back here instead of being probed again at once.
                 let retry_in = self.not_written(cluster.id, &policy, &error);

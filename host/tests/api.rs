@@ -212,7 +212,7 @@ impl Api {
     }
 
     /// Applies outcomes through the store's real path, one interval apart so that each
-    /// failure counts (R2 spacing).
+    /// failure counts (docs/rules.md#failure-spacing).
     async fn apply(&self, cluster: &str, outcomes: &[ProbeOutcome]) {
         let id = self.store.cluster(cluster).await.unwrap().id;
         let start = wall_clock().0;

@@ -1,4 +1,4 @@
-//! The engine's audit schedule and what an audit does to a cluster (DESIGN §5), on a
+//! The engine's audit schedule and what an audit does to a cluster, on a
 //! real SQLite file with a scripted auditor at the plugin boundary (the real
 //! `pdb-audit` plugin against the fake API server is `audit_e2e.rs`): `drain-blocked`
 //! set by a blocking finding and cleared when none remains, the status never touched, a

@@ -1,4 +1,4 @@
-//! The mass-failure brake (R5) through the worker, on a real SQLite file,
+//! The mass-failure brake (docs/rules.md#brake) through the worker, on a real SQLite file,
 //! with a control run where the brake is off.
 
 #[path = "support/engine.rs"]

@@ -1,4 +1,4 @@
-//! The differential test of DESIGN §4: the host's reading of a kubeconfig (which server, which
+//! The differential test of the kubeconfig reading: the host's reading of a kubeconfig (which server, which
 //! files, which credentials, or why it is not probeable) and the guest SDK's must agree, or
 //! the host would refuse the files a plugin asks for, or a plugin would probe another server
 //! than the one the host allows.

@@ -649,7 +649,7 @@ async fn a_secret_volume_data_swap_is_seen_by_the_watcher_and_rediscovered_witho
     let sources = Sources::new([], Some(volume.path().to_path_buf()));
     let expected_reference = format!("{}/config#mounted", volume.path().display());
 
-    // Every file in KUBECONFIG_DIR is a kubeconfig (DESIGN §3), so a CA key in the same
+    // Every file in KUBECONFIG_DIR is read as a kubeconfig, so a CA key in the same
     // Secret is reported; it stays usable as a file that a kubeconfig names.
     let ca_error =
         "<root>/ca.crt: invalid kubeconfig YAML at line 1, column 1: expected mapping start";

@@ -1,4 +1,4 @@
-//! The live plugin directory of a running `vigil serve` (DESIGN §4, replacement): files
+//! The live plugin directory of a running `vigil serve` (replacement): files
 //! dropped into, replaced in and removed from the directory while the engine probes a
 //! fake fleet over TLS — no restart. A broken file never stops what works, a
 //! replacement that traps is rolled back after its probation with no cluster changing
@@ -509,7 +509,7 @@ async fn post(api: &ApiClient, path: &str, body: &Value) -> (u16, String) {
     send(api, "POST", path, Some(body)).await
 }
 
-/// The drop-in promise (DESIGN §4): a cluster no plugin can probe becomes probeable when the right
+/// The drop-in promise: a cluster no plugin can probe becomes probeable when the right
 /// plugin file is dropped into the directory of a running vigil.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_kube_secret_in_makes_a_secret_cluster_probeable_without_restart() {

@@ -1,5 +1,5 @@
-//! Plugin generations through the real runtime and real `.wasm` files (DESIGN §4,
-//! replacement): broken replacements keep the previous generation serving and are
+//! Plugin generations through the real runtime and real `.wasm` files
+//! (replacement): broken replacements keep the previous generation serving and are
 //! named with their stage; a good replacement is promoted while a probe in flight
 //! finishes on the generation it started with; a replacement that traps is rolled
 //! back after its probation; a removed file retires its plugin. Each change is told to

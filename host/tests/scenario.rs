@@ -1,4 +1,4 @@
-//! The ADR's cases, played on a real SQLite file. Probe results are applied
+//! The cascade and recovery cases of docs/rules.md, played on a real SQLite file. Probe results are applied
 //! through the store at chosen instants (interval 300 s, threshold 2), so the
 //! half-interval spacing is exercised without waiting minutes; the last case
 //! goes through the worker's probe-now path to resolve a real kubeconfig.
@@ -181,7 +181,7 @@ async fn an_online_cluster_degrades_its_deployed_apps_at_the_threshold_and_resto
         (AppStatus::Pending, false, "prod".into())
     );
 
-    // R6: the OFFLINE cluster refuses deployments and reassignments; UNKNOWN does not.
+    // The deployment guard: the OFFLINE cluster refuses deployments and reassignments; UNKNOWN does not.
     let refused_deploy = s
         .store
         .record_deployment("pending", None, None, at(210))
@@ -196,7 +196,7 @@ async fn an_online_cluster_degrades_its_deployed_apps_at_the_threshold_and_resto
         matches!(refused_move, Err(StoreError::ClusterOffline { .. })),
         "{refused_move:?}"
     );
-    // R7: reassigned away during the outage, the app loses its marker.
+    // Marker cleared: reassigned away during the outage, the app loses its marker.
     s.store
         .reassign_app("moving", "spare", at(220))
         .await

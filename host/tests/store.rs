@@ -1,5 +1,5 @@
 //! The store on a temporary SQLite file: migrations, discovery upserts,
-//! persistence of everything the rules need (R4), and the database lock.
+//! persistence of everything the rules need (docs/rules.md#persistence), and the database lock.
 
 use vigil::lock::{DatabaseLock, LockError};
 use vigil::store::{

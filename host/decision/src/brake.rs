@@ -1,4 +1,4 @@
-//! The mass-failure brake (R5).
+//! The mass-failure brake (docs/rules.md#brake).
 //!
 //! When (nearly) every cluster fails at once, the likeliest explanation is that
 //! vigil itself is cut off, not that the whole fleet is down. The Kubernetes

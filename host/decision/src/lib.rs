@@ -1,6 +1,6 @@
 //! The pure health decisions of vigil.
 //!
-//! This crate owns the normative state model (DESIGN §1): a cluster's confirmed
+//! This crate owns the rules of `docs/rules.md`: a cluster's confirmed
 //! [`ClusterStatus`], its [`Condition`]s, the [`ProbeOutcome`] of one probe, the
 //! per-cluster [`HealthPolicy`], the transition function [`decide`] and the
 //! mass-failure brake [`brake::evaluate`].

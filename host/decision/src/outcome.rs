@@ -4,7 +4,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 /// Why a probe did not end `healthy`, as a stable string shared by the API, the
-/// metrics and the plugin contract (DESIGN §6).
+/// metrics and the plugin contract (`reason-class` in the WIT package).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ReasonClass {
@@ -106,7 +106,7 @@ impl FromStr for ReasonClass {
     }
 }
 
-/// The result of one probe of one cluster (DESIGN §1). Exactly one per probe.
+/// The result of one probe of one cluster (docs/rules.md#outcomes). Exactly one per probe.
 ///
 /// Messages are for operators and must never carry secret material.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

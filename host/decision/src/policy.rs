@@ -1,7 +1,7 @@
 use serde::{Deserialize, Serialize};
 
-/// The probe policy in force for one cluster (DESIGN §2, Docker health-check
-/// semantics). Built from the global defaults and the cluster's overrides.
+/// The probe policy in force for one cluster (docs/rules.md#transitions, Docker
+/// health-check semantics). Built from the global defaults and the cluster's overrides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HealthPolicy {
     /// Seconds between two probes of the cluster.
@@ -21,7 +21,7 @@ pub struct HealthPolicy {
 }
 
 impl Default for HealthPolicy {
-    /// The defaults of DESIGN §2.
+    /// The defaults of the `CLUSTER_HEALTH_*` settings (docs/rules.md#transitions).
     fn default() -> Self {
         Self {
             interval_seconds: 300,
@@ -37,7 +37,7 @@ impl Default for HealthPolicy {
 
 impl HealthPolicy {
     /// The minimum spacing between two counted failures: half the interval, in
-    /// milliseconds (R2). A probe-now or a restart loop cannot shrink the grace
+    /// milliseconds (docs/rules.md#failure-spacing). A probe-now or a restart loop cannot shrink the grace
     /// period that the failure threshold stands for.
     pub const fn failure_spacing_millis(&self) -> i64 {
         self.interval_seconds as i64 * 500

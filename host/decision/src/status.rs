@@ -67,7 +67,7 @@ macro_rules! named_enum {
 }
 
 named_enum! {
-    /// The last *confirmed* state of a cluster (DESIGN §1). Only the status drives
+    /// The last *confirmed* state of a cluster (docs/rules.md#statuses). Only the status drives
     /// cascades and deployment guards.
     pub enum ClusterStatus as "cluster status" {
         /// The cluster answered its last conclusive probes.
@@ -155,7 +155,8 @@ pub struct AppView {
 }
 
 /// Everything the transition function reads and writes about one cluster's
-/// health. The store persists all of it (R4), so a restart loses nothing.
+/// health. The store persists all of it, so a restart loses nothing
+/// (docs/rules.md#restart-loses-nothing).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterHealth {
     /// The last confirmed status.
@@ -168,7 +169,7 @@ pub struct ClusterHealth {
     pub consecutive_successes: u32,
     /// Consecutive inconclusive probes (3 in a row set `probe-stale`).
     pub consecutive_inconclusive: u32,
-    /// When the last failure was counted (R2 spacing).
+    /// When the last failure was counted (for the failure spacing).
     pub last_counted_failure: Option<Timestamp>,
     /// When the cluster was first registered (start period).
     pub first_seen: Timestamp,

@@ -1,5 +1,5 @@
 //! The transition function: one probe outcome in, the next health state, the
-//! cascade and the events out (DESIGN §1, R1–R7).
+//! cascade and the events out (docs/rules.md#transitions).
 
 use serde::{Deserialize, Serialize};
 
@@ -58,11 +58,12 @@ pub enum Cascade {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum NotCounted {
-    /// The mass-failure brake holds (R5).
+    /// The mass-failure brake holds (docs/rules.md#brake).
     Brake,
-    /// The cluster is in its start period (DESIGN §2).
+    /// The cluster is in its start period (docs/rules.md#start-period).
     StartPeriod,
-    /// A failure was already counted less than half an interval ago (R2).
+    /// A failure was already counted less than half an interval ago
+    /// (docs/rules.md#failure-spacing).
     Spacing,
 }
 
@@ -129,8 +130,8 @@ pub struct Decision {
     pub events: Vec<HealthEvent>,
 }
 
-/// Applies one probe outcome to a cluster's health (R1, R2, R5 as an input, R7's
-/// markers, the start period and the conditions).
+/// Applies one probe outcome to a cluster's health: the thresholds, the brake as an
+/// input, the outage markers, the start period and the conditions (docs/rules.md).
 ///
 /// The rules, in short:
 /// - `healthy` resets the failure count; UNKNOWN→ONLINE at once, OFFLINE→ONLINE
@@ -239,7 +240,7 @@ pub fn set_probing_disabled(health: &ClusterHealth, disabled: bool, now: Timesta
     }
 }
 
-/// Applies the result of a drain-readiness audit (DESIGN §5): sets `drain-blocked`
+/// Applies the result of a drain-readiness audit: sets `drain-blocked`
 /// with `blocking` as its message when the audit found a blocking finding, clears it
 /// when none remains. An audit never changes the status, the counters or the apps;
 /// an audit that could not read what it needed is not a result and is not passed here.
@@ -332,7 +333,7 @@ impl Step {
         health.consecutive_successes = 0;
 
         // Failures counted before the brake last released are forgotten: the end
-        // of our own outage must not trigger a degradation storm (R5). One counted
+        // of our own outage must not trigger a degradation storm. One counted
         // in the very millisecond of the release is after it: the probe that releases
         // the brake may itself be a counted failure.
         if let (Some(released), Some(last)) =
@@ -381,7 +382,7 @@ impl Step {
             ClusterStatus::Offline => Cascade::None,
             ClusterStatus::Unknown => {
                 // A never-confirmed cluster going OFFLINE degrades nothing: at
-                // start-up everything is UNKNOWN (R2).
+                // start-up everything is UNKNOWN (docs/rules.md#only-online-cascades).
                 self.status(ClusterStatus::Offline);
                 Cascade::None
             }

@@ -1,4 +1,4 @@
-//! Table tests of the mass-failure brake (R5), [`brake::evaluate`].
+//! Table tests of the mass-failure brake (docs/rules.md#brake), [`brake::evaluate`].
 //!
 //! Every case is one line of a table handed to [`check`]:
 //!
@@ -49,7 +49,7 @@ fn engages_on_ratio_and_minimum() {
     );
 }
 
-/// DESIGN R5 says the brake holds when *at least* `ratio` of the clusters
+/// The brake holds when *at least* `ratio` of the clusters
 /// failed. 7 of 25 is exactly 0.28 and 14 of 25 exactly 0.56, but in binary
 /// floating point `0.28 * 25.0 == 7.000000000000001` and
 /// `0.56 * 25.0 == 14.000000000000002`, so a comparison of `failed` with

@@ -3,12 +3,12 @@
 //! A trace is a sequence of probes of one cluster, each with a time step, an
 //! outcome, a policy (two variants sharing the interval and start period), a
 //! move of the mass-failure brake, and a platform action on the apps before it
-//! (set an app's status, reassign it; both clear its marker, R7). The test plays
+//! (set an app's status, reassign it; both clear its marker, docs/rules.md#marker-cleared). The test plays
 //! the caller's part: it opens an outage and marks the apps on
 //! [`Cascade::Degrade`], and sets the apps back to DEPLOYED on
 //! [`Cascade::Restore`].
 //!
-//! Expectations come from [`Model`], a small reference model of DESIGN §1–§2
+//! Expectations come from [`Model`], a small reference model of docs/rules.md
 //! written here from the design, and from invariants that need no model at all
 //! (no cascade from UNKNOWN, spacing of counted failures before OFFLINE, …).
 //! Only `decide` is under test; nothing of the crate computes an expectation.
@@ -207,7 +207,7 @@ fn trace() -> impl Strategy<Value = Trace> {
 // ---------------------------------------------------------------------------
 // The reference model.
 
-/// DESIGN §1–§2 for one cluster, as plainly as possible.
+/// The rules of docs/rules.md for one cluster, as plainly as possible.
 #[derive(Debug)]
 struct Model {
     status: ClusterStatus,
@@ -274,7 +274,7 @@ impl Model {
         }
 
         self.successes = 0;
-        // R5: failures counted before the brake last released are forgotten.
+        // Failures counted before the brake last released are forgotten.
         if let BrakeVerdict::Released {
             since: Some(released),
         } = brake
@@ -375,7 +375,7 @@ fn run(trace: &Trace) -> Result<(), TestCaseError> {
     let mut ever_healthy = false;
 
     for (index, step) in trace.steps.iter().enumerate() {
-        // The platform acts between probes (R7: any such action clears the marker).
+        // The platform acts between probes (any such action clears the marker).
         match step.platform {
             Platform::Nothing => {}
             Platform::SetStatus(i, status) => {

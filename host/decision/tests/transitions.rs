@@ -1,4 +1,4 @@
-//! Table tests of the transition function (DESIGN §1–§2): one probe outcome
+//! Table tests of the transition function (docs/rules.md#transitions): one probe outcome
 //! applied to one fully described cluster state.
 //!
 //! Every case is one line of a table handed to [`check`]:
@@ -14,7 +14,7 @@
 //!   registration (default 0), `outage=` open outage, and conditions written
 //!   `type:reason@since`. A given state may also say `noapps` (no app at all
 //!   instead of [`fixture_apps`]). Times are seconds (`850.001` for milliseconds).
-//! - *policy*: `-` for the DESIGN §2 defaults (interval 300 s, failure threshold 2,
+//! - *policy*: `-` for the default policy (interval 300 s, failure threshold 2,
 //!   success threshold 1, no start period), or tweaks `int=` `ft=` `st=` `start=`
 //!   `auth` (count credentials-rejected as a failure), `off` (probing disabled).
 //! - *outcome*: `healthy`, `unhealthy[:class]`, `creds`, `np:class`,

@@ -1,6 +1,7 @@
 //! `/api/v1/apps` and `/api/v1/deployments`: apps on clusters, their status, moves and
-//! deployments. The OFFLINE guard (R6) is checked inside the writing transaction; the
-//! platform's writes clear the outage marker (R7).
+//! deployments. The OFFLINE guard (docs/rules.md#deployment-guard) is checked inside the
+//! writing transaction; the platform's writes clear the outage marker
+//! (docs/rules.md#marker-cleared).
 
 use axum::Extension;
 use axum::extract::State;

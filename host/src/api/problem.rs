@@ -32,7 +32,8 @@ pub enum ProblemKind {
     MethodNotAllowed,
     /// The name is already taken.
     AlreadyExists,
-    /// The target cluster is OFFLINE: deploying or moving an app there is refused (R6).
+    /// The target cluster is OFFLINE: deploying or moving an app there is refused
+    /// (docs/rules.md#deployment-guard).
     ClusterOffline,
     /// The cluster still has apps.
     ClusterHasApps,

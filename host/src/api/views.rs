@@ -18,7 +18,7 @@ pub fn rfc3339(at: Timestamp) -> String {
 }
 
 /// What a parameter value that is a credential reference is shown as: the reference
-/// itself is never returned (DESIGN §3).
+/// itself is never returned, so the API cannot be used to learn where a credential is.
 pub const HIDDEN_REFERENCE: &str = "(credential reference)";
 
 /// Whether a parameter value is a credential reference.
@@ -190,7 +190,7 @@ pub struct ClusterView {
     pub last_outcome: Option<String>,
     /// The explanation of the last non-healthy outcome.
     pub reason: Option<String>,
-    /// Its reason class (DESIGN §6).
+    /// Its reason class (a stable string, as in the metrics and the plugin contract).
     pub reason_class: Option<String>,
     /// Probe counters.
     pub counters: CountersView,

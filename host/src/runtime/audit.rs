@@ -6,7 +6,7 @@
 //! A plugin's fault (trap, memory limit, deadline, malformed result) is an
 //! [`AuditOutcome::Fault`], never a host crash. Only a complete report clears findings: an
 //! audit that could not read a kind is an [`AuditOutcome::Failed`], after which the caller
-//! keeps the cluster's previous findings (DESIGN §4).
+//! keeps the cluster's previous findings.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -43,7 +43,7 @@ pub const MAX_KINDS_READ: usize = 64;
 pub const MAX_NAME_BYTES: usize = 253;
 
 /// The kind every audit must have read: an audit that could not read pods knows nothing
-/// about drains (DESIGN §4).
+/// about drains.
 pub const REQUIRED_KIND: &str = "pods";
 
 /// How much a finding matters.

@@ -1,4 +1,4 @@
-//! The plugin set over time (DESIGN §4, replacement): for each plugin name, the
+//! The plugin set over time (replacement): for each plugin name, the
 //! generation that serves, the one kept while a new generation is on probation, the
 //! last failure, and whether the plugin retired.
 //!
@@ -110,8 +110,7 @@ pub struct CandidateFailure {
     pub at: SystemTime,
 }
 
-/// How a replacement generation is judged (DESIGN §4: the inconclusive ratio over its
-/// first probes).
+/// How a replacement generation is judged: by the inconclusive ratio over its first probes.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ProbationPolicy {
     /// How many probes a replacement is judged on; 0 promotes without probation.

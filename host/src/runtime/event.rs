@@ -1,5 +1,5 @@
-//! What the runtime tells of its plugins' generations as they change (DESIGN §4,
-//! replacement): sent to [`super::PluginRuntime::subscribe`]'s receivers, recorded in the
+//! What the runtime tells of its plugins' generations as they change
+//! (replacement): sent to [`super::PluginRuntime::subscribe`]'s receivers, recorded in the
 //! history by `vigil serve`.
 
 /// A change of a plugin's generations as it happens, for the history. The generations

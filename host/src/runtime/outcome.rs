@@ -1,4 +1,4 @@
-//! DESIGN §1's outcome rules for one plugin call: what the plugin returned (or how it
+//! The outcome rules for one plugin call (docs/rules.md#whose-fault, PLUGINS.md "Outcomes"): what the plugin returned (or how it
 //! failed) plus what the host saw, mapped to a [`ProbeOutcome`]. Pure: no I/O, no clock.
 
 use vigil_decision::{ProbeOutcome, ReasonClass};
@@ -15,7 +15,7 @@ pub const MAX_DETAILS: usize = 32;
 /// The longest key or value of one detail, and of `server-version`.
 pub const MAX_DETAIL_BYTES: usize = 256;
 
-/// How a call ended, before the rules of DESIGN §1 are applied.
+/// How a call ended, before the outcome rules are applied.
 #[derive(Debug)]
 pub(crate) enum CallEnd {
     /// The plugin returned.

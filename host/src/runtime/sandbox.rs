@@ -760,7 +760,7 @@ async fn read_secret(
     }
 }
 
-/// A parameter's value as the contract reads it (DESIGN §3): a credential given as a
+/// A parameter's value as the contract reads it: a credential given as a
 /// reference, resolved by the host only when the plugin asks for it, or a plain value.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum ParameterValue<'a> {

@@ -1,4 +1,4 @@
-//! Drain-readiness audits (DESIGN §5): the latest findings of each cluster, the
+//! Drain-readiness audits: the latest findings of each cluster, the
 //! `drain-blocked` condition they imply, and the audit schedule. An audit never changes
 //! a cluster's status; one that could not read what it needed keeps the previous
 //! findings and condition.

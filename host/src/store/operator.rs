@@ -1,6 +1,6 @@
 //! What operators and the platform change through the API: clusters registered, updated
 //! and deleted by hand, apps, deployments — each change in one transaction with its
-//! history event, which names the caller. Guards (R6) are checked inside the writing
+//! history event, which names the caller. Guards (docs/rules.md#deployment-guard) are checked inside the writing
 //! transaction.
 
 use std::collections::{BTreeMap, HashMap};
@@ -72,7 +72,7 @@ pub struct NewCluster {
     pub name: String,
     /// The API server address.
     pub endpoint: String,
-    /// The reference to its credentials (DESIGN §3), already checked by the caller.
+    /// The reference to its credentials, already checked by the caller.
     pub reference: String,
     /// The plugin chosen for it, if any.
     pub plugin: Option<String>,
@@ -586,7 +586,8 @@ impl Store {
         Ok(app)
     }
 
-    /// The platform sets an app's status; this clears its degraded-by marker (R7).
+    /// The platform sets an app's status; this clears its degraded-by marker
+    /// (docs/rules.md#marker-cleared).
     pub async fn set_app_status_as(
         &self,
         name: &str,
@@ -671,8 +672,8 @@ impl Store {
             .map_err(query_error("committing an app's deletion"))
     }
 
-    /// Moves an app to another cluster, refused while the target is OFFLINE (R6, inside
-    /// the transaction); clears the marker (R7).
+    /// Moves an app to another cluster, refused while the target is OFFLINE (inside the
+    /// transaction, docs/rules.md#deployment-guard); clears the marker.
     pub async fn reassign_app_as(
         &self,
         name: &str,

@@ -1,5 +1,5 @@
 //! `kube-secret`: vigil's probe plugin for clusters whose kubeconfig is held in a Kubernetes
-//! Secret (`secret://NAMESPACE/NAME?key=KEY&context=CONTEXT`, DESIGN §3; key default
+//! Secret (`secret://NAMESPACE/NAME?key=KEY&context=CONTEXT`; key default
 //! `kubeconfig`, context default the kubeconfig's `current-context`).
 //!
 //! A probe gets the context the reference selects through `credentials.context()` — vigil

@@ -7,7 +7,8 @@
 //! the plugin parses nothing. The SDK's [`probe_selection`] then reads the files the
 //! context names through `credentials.read-file` (a token file at every probe: projected
 //! tokens rotate) and sends one `GET {server}/api/v1/namespaces?limit=1` through
-//! `http.send` with the context's TLS material and bearer token — the ADR's health check.
+//! `http.send` with the context's TLS material and bearer token — vigil's health check of a
+//! Kubernetes API server.
 //! The host bounds the request by the probe's budget and opens a fresh connection for it.
 //! The `kube-secret` plugin probes the same way from a kubeconfig held in a Secret, which
 //! it reads and selects itself.

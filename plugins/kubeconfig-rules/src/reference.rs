@@ -1,4 +1,4 @@
-//! Cluster references (`kubeconfig_secret_ref`, DESIGN §3): where a cluster's connection
+//! Cluster references (`kubeconfig_secret_ref`): where a cluster's connection
 //! details live.
 //!
 //! - `ABSOLUTE_PATH#CONTEXT`, or `ABSOLUTE_PATH` for the file's `current-context`: a

@@ -8,7 +8,7 @@ use crate::http::{self, HttpError, Request, Response, TlsOptions};
 use crate::kubeconfig::{Material, Selection, select};
 use crate::{ProbeError, ProbeReport, ReasonClass, SecretBytes};
 
-/// The health check: list namespaces, at most one (the ADR's probe).
+/// The health check: list namespaces, at most one (a cheap request every API server answers).
 pub const HEALTH_PATH: &str = "/api/v1/namespaces?limit=1";
 
 /// The longest piece of an API server's error message quoted in a report or kept in a

@@ -1,4 +1,4 @@
-//! Cluster references: where a cluster's credentials are (DESIGN §3).
+//! Cluster references: where a cluster's credentials are.
 //!
 //! - `ABSOLUTE_PATH#CONTEXT`, or `ABSOLUTE_PATH` for the file's `current-context`: a
 //!   kubeconfig file. The text is split at its **last** `#`, so a path may contain `#` but a

@@ -1,4 +1,4 @@
-//! The native Rust prober of the test kit: the ADR's probe (list namespaces
+//! The native Rust prober of the test kit: vigil's probe (list namespaces
 //! with `limit=1`) made directly with hyper and rustls, over a fresh TLS
 //! connection per probe so that a rotated certificate is always seen.
 //!
@@ -20,7 +20,7 @@ use vigil::tls::{self, TlsClients, Trust};
 use vigil::worker::{ProbeTarget, Prober};
 use vigil_decision::{ProbeOutcome, ReasonClass};
 
-/// The request every probe makes (DESIGN §1).
+/// The request every probe makes.
 pub const PROBE_PATH: &str = "/api/v1/namespaces?limit=1";
 
 /// Probes Kubernetes API servers natively, from the host-resolved kubeconfig, with the
@@ -163,7 +163,7 @@ impl NativeProber {
     }
 }
 
-/// The outcome of an HTTP status, as DESIGN §1 maps it.
+/// The outcome of an HTTP status, as docs/rules.md#outcomes maps it.
 pub fn classify(status: u16) -> ProbeOutcome {
     match status {
         200..=299 => ProbeOutcome::Healthy,

@@ -1,6 +1,6 @@
 //! `liar`: a test-only plugin whose `probe` says the cluster is down — `unhealthy`
 //! (`refused`) — without sending any request. The host must not believe it: a plugin may
-//! only call a cluster down after talking to it in the same call (DESIGN §1), so the outcome
+//! only call a cluster down after talking to it in the same call (docs/rules.md#whose-fault), so the outcome
 //! must be downgraded to `inconclusive` and the cluster's failure counter left alone.
 
 use vigil_plugin_sdk::{
