@@ -298,7 +298,8 @@ pub struct PluginStats {
     /// Probe calls that ended inconclusive through the plugin's fault.
     pub faults: u64,
     /// `accepts` calls made to route clusters (once per cluster and generation, and again
-    /// when what the plugin is shown of a cluster changes).
+    /// when what the plugin is shown of a cluster changes, after a call that gave no
+    /// answer, after a rollback, and for a cluster not routed for a day).
     pub accepts: u64,
 }
 

@@ -474,7 +474,8 @@ pub struct PluginView {
     pub faults: u64,
     /// `accepts` calls made to this generation to route clusters: once per cluster, and
     /// again when what it is shown of a cluster (name, endpoint, reference, labels,
-    /// parameters) changes.
+    /// parameters) changes, after a call that gave no answer, after a rollback, and for a
+    /// cluster not routed for a day.
     pub accepts: u64,
     /// During a probation: the generation that serves again if it fails.
     pub previous_generation: Option<u64>,

@@ -30,8 +30,11 @@ pub trait ProbePlugin {
     /// call the host.
     fn info() -> PluginInfo;
 
-    /// Whether the plugin can probe this cluster. vigil asks once per cluster and plugin
-    /// version, not before every probe.
+    /// Whether the plugin can probe this cluster. vigil asks when it routes a probe and has
+    /// no answer yet, not before every probe: an answer is remembered for the cluster, this
+    /// generation of the plugin and what the plugin is shown of the cluster. A call that
+    /// traps or overruns its deadline is no answer: it counts against the plugin and is
+    /// asked again at the next probe.
     ///
     /// The default accepts a cluster whose reference parses (see [`Reference::parse`]) and
     /// whose scheme ([`Reference::scheme`]: `file`, `secret`, `http` or `https`) is one of the
