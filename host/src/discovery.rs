@@ -26,7 +26,7 @@ use notify_debouncer_full::notify::{self, Event, EventKind, RecommendedWatcher, 
 use notify_debouncer_full::{DebounceEventResult, Debouncer, RecommendedCache, new_debouncer};
 use tokio::sync::mpsc;
 use vigil_kubeconfig_rules::server::{self, ServerShape};
-use vigil_kubeconfig_rules::text::{locate_yaml_problem, sanitize_yaml_problem};
+use vigil_kubeconfig_rules::text::yaml_parse_problem;
 
 /// The largest kubeconfig file vigil reads, in bytes.
 ///
@@ -706,19 +706,8 @@ fn parse_kubeconfig(text: &str) -> Result<Kubeconfig, SourceProblem> {
     }
     let config = Kubeconfig::from_yaml(text).map_err(|error| match error {
         KubeconfigError::Parse(error) => {
-            let position =
-                error
-                    .location()
-                    .filter(|location| location.line() > 0)
-                    .map(|location| TextPosition {
-                        line: location.line(),
-                        column: location.column(),
-                    });
-            let problem = sanitize_yaml_problem(&error.without_snippet().to_string(), text);
-            let problem = match position {
-                Some(at) => locate_yaml_problem(problem, text, at.line, at.column),
-                None => problem,
-            };
+            let (position, problem) = yaml_parse_problem(&error, text);
+            let position = position.map(|(line, column)| TextPosition { line, column });
             SourceProblem::Yaml { position, problem }
         }
         KubeconfigError::KindMismatch | KubeconfigError::ApiVersionMismatch => {

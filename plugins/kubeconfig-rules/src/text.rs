@@ -81,6 +81,26 @@ pub fn locate_yaml_problem(problem: String, source: &str, line: u64, column: u64
     }
 }
 
+/// What a kubeconfig's YAML parse error says, quoting nothing of `source`: where the parser
+/// stopped (line and column, 1-based, when it knows) and the sanitised problem, with the
+/// path to the value there ([`locate_yaml_problem`]). The host's and the SDK's readings
+/// both use it, so a file gets one message whichever side reads it.
+pub fn yaml_parse_problem(
+    error: &serde_saphyr::Error,
+    source: &str,
+) -> (Option<(u64, u64)>, String) {
+    let position = error
+        .location()
+        .filter(|location| location.line() > 0)
+        .map(|location| (location.line(), location.column()));
+    let problem = sanitize_yaml_problem(&error.without_snippet().to_string(), source);
+    let problem = match position {
+        Some((line, column)) => locate_yaml_problem(problem, source, line, column),
+        None => problem,
+    };
+    (position, problem)
+}
+
 /// [`sanitize_yaml_problem`] for any parser's message (TOML's too: its messages are serde's
 /// and quote input the same way), with `generic` as the last guard's replacement.
 pub fn sanitize_parser_problem(message: &str, source: &str, generic: &str) -> String {

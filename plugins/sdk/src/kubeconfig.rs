@@ -45,7 +45,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 
 use serde::{Deserialize, Deserializer};
-use vigil_kubeconfig_rules::text::{locate_yaml_problem, sanitize_yaml_problem};
+use vigil_kubeconfig_rules::text::yaml_parse_problem;
 
 use crate::SecretString;
 
@@ -500,20 +500,9 @@ fn parse_text(text: &str) -> Result<Kubeconfig, KubeconfigError> {
     let documents: Vec<Kubeconfig> = match parse_json(text) {
         Some(config) => vec![config],
         None => serde_saphyr::from_multiple(text).map_err(|error| {
-            let position =
-                error
-                    .location()
-                    .filter(|location| location.line() > 0)
-                    .map(|location| TextPosition {
-                        line: location.line(),
-                        column: location.column(),
-                    });
-            let problem = sanitize_yaml_problem(&error.without_snippet().to_string(), text);
-            // The host names the value's path the same way: both readings give one message.
-            let problem = match position {
-                Some(at) => locate_yaml_problem(problem, text, at.line, at.column),
-                None => problem,
-            };
+            // The host reads a kubeconfig's errors the same way: one message either side.
+            let (position, problem) = yaml_parse_problem(&error, text);
+            let position = position.map(|(line, column)| TextPosition { line, column });
             KubeconfigError::Yaml { position, problem }
         })?,
     };
