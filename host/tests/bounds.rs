@@ -23,7 +23,7 @@ mod plugins;
 mod process;
 
 use engine::{Behaviour, Sandbox, ScriptedProber, settings, wait_until};
-use process::{Running, sigterm, vigil, wait_exit};
+use process::{Running, log_lines, message, sigterm, tail, vigil, wait_exit};
 
 /// The one request a probe makes.
 const NAMESPACES: &str = "/api/v1/namespaces";
@@ -114,27 +114,6 @@ impl Vigil {
         let status = wait_exit(&mut self.child, Duration::from_secs(20));
         assert!(status.success(), "exit {status:?}\n{}", tail(&self.log));
     }
-}
-
-fn read_log(path: &Path) -> String {
-    String::from_utf8_lossy(&std::fs::read(path).unwrap_or_default()).into_owned()
-}
-
-fn log_lines(path: &Path) -> Vec<serde_json::Value> {
-    read_log(path)
-        .lines()
-        .filter_map(|line| serde_json::from_str(line).ok())
-        .collect()
-}
-
-fn message(line: &serde_json::Value) -> &str {
-    line["fields"]["message"].as_str().unwrap_or("")
-}
-
-fn tail(path: &Path) -> String {
-    let text = read_log(path);
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(40)..].join("\n")
 }
 
 /// One answer of vigil's API.

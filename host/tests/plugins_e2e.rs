@@ -29,7 +29,7 @@ mod plugins;
 #[path = "support/process.rs"]
 mod process;
 
-use process::{Running, sigterm, vigil, wait_exit};
+use process::{Running, log_lines, message, read_log, sigterm, tail, vigil, wait_exit};
 
 /// The one request a probe makes.
 const NAMESPACES: &str = "/api/v1/namespaces";
@@ -150,28 +150,6 @@ impl Vigil {
         assert!(status.success(), "exit {status:?}\n{}", tail(&self.log));
         log_lines(&self.log)
     }
-}
-
-/// Reads the log as it is being written: a read can end inside a character.
-fn read_log(path: &Path) -> String {
-    String::from_utf8_lossy(&std::fs::read(path).unwrap_or_default()).into_owned()
-}
-
-fn log_lines(path: &Path) -> Vec<serde_json::Value> {
-    read_log(path)
-        .lines()
-        .filter_map(|line| serde_json::from_str(line).ok())
-        .collect()
-}
-
-fn message(line: &serde_json::Value) -> &str {
-    line["fields"]["message"].as_str().unwrap_or("")
-}
-
-fn tail(path: &Path) -> String {
-    let text = read_log(path);
-    let lines: Vec<&str> = text.lines().filter(|l| !l.contains("\"TRACE\"")).collect();
-    lines[lines.len().saturating_sub(40)..].join("\n")
 }
 
 /// The outcomes vigil applied per cluster, in order, from its log.

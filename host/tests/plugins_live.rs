@@ -24,7 +24,7 @@ mod plugins;
 mod process;
 
 use plugins::{install, plugin_file, plugin_variant};
-use process::{Running, sigterm, vigil, wait_exit};
+use process::{Running, log_lines, message, sigterm, tail, vigil, wait_exit};
 
 const GRANTS: &str = "log = true\ncredentials = true\nhttp = true\n";
 
@@ -33,27 +33,6 @@ struct Vigil {
     log: PathBuf,
     store: Store,
     api: ApiClient,
-}
-
-fn read_log(path: &Path) -> String {
-    String::from_utf8_lossy(&std::fs::read(path).unwrap_or_default()).into_owned()
-}
-
-fn log_lines(path: &Path) -> Vec<Value> {
-    read_log(path)
-        .lines()
-        .filter_map(|line| serde_json::from_str(line).ok())
-        .collect()
-}
-
-fn message(line: &Value) -> &str {
-    line["fields"]["message"].as_str().unwrap_or("")
-}
-
-fn tail(path: &Path) -> String {
-    let text = read_log(path);
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(30)..].join("\n")
 }
 
 impl Vigil {

@@ -79,3 +79,28 @@ pub fn sigterm(child: &Child) {
         .unwrap();
     assert!(status.success());
 }
+
+/// A JSON log file as it is being written (a read can end inside a character).
+pub fn read_log(path: &Path) -> String {
+    String::from_utf8_lossy(&std::fs::read(path).unwrap_or_default()).into_owned()
+}
+
+/// The complete JSON lines of a log file (a line still being written is skipped).
+pub fn log_lines(path: &Path) -> Vec<serde_json::Value> {
+    read_log(path)
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect()
+}
+
+/// A JSON log line's message.
+pub fn message(line: &serde_json::Value) -> &str {
+    line["fields"]["message"].as_str().unwrap_or("")
+}
+
+/// The last 40 lines of a log below trace level, for a failure's message.
+pub fn tail(path: &Path) -> String {
+    let text = read_log(path);
+    let lines: Vec<&str> = text.lines().filter(|l| !l.contains("\"TRACE\"")).collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
