@@ -49,8 +49,8 @@ pub use self::views::{
     HIDDEN_REFERENCE, PluginFailureView, PluginView, ProbationView, ProbedByView, ReloadView,
     is_credential_reference, rfc3339,
 };
-use crate::store::Store;
 use crate::worker::{Probed, WorkerHandle};
+use vigil_store::Store;
 
 /// The largest request body accepted, in bytes.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -118,7 +118,7 @@ pub enum ProbeNowError {
     },
     /// The database failed.
     #[error(transparent)]
-    Store(#[from] crate::store::StoreError),
+    Store(#[from] vigil_store::StoreError),
 }
 
 /// A boxed future, for the object-safe services below.
@@ -213,7 +213,7 @@ pub trait MetricsRenderer: Send + Sync + 'static {
     fn render<'a>(
         &'a self,
         store: &'a Store,
-    ) -> BoxFuture<'a, Result<(String, &'static str), crate::store::StoreError>>;
+    ) -> BoxFuture<'a, Result<(String, &'static str), vigil_store::StoreError>>;
 }
 
 impl std::fmt::Debug for ApiState {
@@ -227,8 +227,8 @@ impl std::fmt::Debug for ApiState {
 
 impl<P: crate::worker::Prober> ProbeNow for crate::worker::OnDemand<P> {
     fn probe_now<'a>(&'a self, cluster: &'a str) -> BoxFuture<'a, Result<Probed, ProbeNowError>> {
-        use crate::store::StoreError;
         use crate::worker::OnDemandError;
+        use vigil_store::StoreError;
         Box::pin(async move {
             match self.probe(cluster).await {
                 Ok(Some(probed)) => Ok(probed),
@@ -253,7 +253,7 @@ impl MetricsRenderer for crate::metrics::Metrics {
     fn render<'a>(
         &'a self,
         store: &'a Store,
-    ) -> BoxFuture<'a, Result<(String, &'static str), crate::store::StoreError>> {
+    ) -> BoxFuture<'a, Result<(String, &'static str), vigil_store::StoreError>> {
         Box::pin(async move {
             let text = crate::metrics::Metrics::render(self, store).await?;
             Ok((text, crate::metrics::CONTENT_TYPE))

@@ -12,7 +12,7 @@ use vigil_decision::{BrakeConfig, HealthPolicy};
 use crate::discovery::DiscoverySettings;
 use crate::runtime::ProbationPolicy;
 use crate::secrets::ManagementCluster;
-use crate::store::{redact_url, sqlite_path};
+use vigil_store::{redact_url, sqlite_path};
 
 /// vigil — a cluster health engine.
 ///
@@ -490,7 +490,7 @@ impl SourceArgs {
             variable: "DATABASE_URL",
             value: redact_url(&self.database_url),
             reason: match error {
-                crate::store::StoreError::UnsupportedUrl { reason, .. } => reason,
+                vigil_store::StoreError::UnsupportedUrl { reason, .. } => reason,
                 other => other.to_string(),
             },
         })

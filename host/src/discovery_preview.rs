@@ -16,7 +16,7 @@ use vigil_decision::Timestamp;
 
 use crate::discovery::{self, DiscoveryReport, Sources};
 use crate::reference::{self, Reference, Resolution};
-use crate::store::{
+use vigil_store::{
     DiscoveredClusterRow, ExistingDatabase, FieldChange, Store, StoreError, UpsertSummary,
     redact_url,
 };

@@ -19,6 +19,5 @@ pub mod retention;
 pub mod runtime;
 pub mod secrets;
 pub mod serve;
-pub mod store;
 pub mod tls;
 pub mod worker;

@@ -17,9 +17,9 @@ use vigil::discovery::{self, Sources};
 use vigil::discovery_preview::preview;
 use vigil::plugin_check::{CheckError, CheckSettings};
 use vigil::serve::{ServeError, credential_roots, load_plugins, serve_with_plugins};
-use vigil::store::{ClusterRecord, ClusterSource, ExistingDatabase, Store, StoreError};
 use vigil::worker::{Probed, WorkerSettings, error_chain, probe_once, wall_clock};
 use vigil_decision::{BrakeConfig, ClusterHealth, ClusterId, HealthPolicy};
+use vigil_store::{ClusterRecord, ClusterSource, ExistingDatabase, Store, StoreError};
 
 /// Exit code: the command could not do its work.
 const EXIT_ERROR: u8 = 1;

@@ -27,7 +27,7 @@ use vigil_decision::{
     Cascade, ClusterStatus, ConditionType, HealthEvent, ProbeOutcome, ReasonClass,
 };
 
-use crate::store::{AppliedProbe, Store, StoreError};
+use vigil_store::{AppliedProbe, Store, StoreError};
 
 /// The `Content-Type` of what [`Metrics::render`] returns: the classic Prometheus text
 /// format, version 0.0.4. It is the format `promtool check metrics` validates (its

@@ -16,8 +16,8 @@ use crate::runtime::{
     Manifest, PluginRuntime, PluginSummary, Refusal, RuntimeError, RuntimeSettings,
     SUPPORTED_CONTRACT,
 };
-use crate::store::ClusterRecord;
 use crate::worker::{Probed, WorkerSettings, probe_once};
+use vigil_store::ClusterRecord;
 
 /// What a check needs besides the file.
 #[derive(Debug, Clone, Default)]

@@ -9,8 +9,8 @@ use std::time::Duration;
 use tracing::{info, warn};
 use vigil_decision::Timestamp;
 
-use crate::store::Store;
 use crate::worker::{error_chain, wall_clock};
+use vigil_store::Store;
 
 /// How often the history is pruned after the first time at start-up.
 pub const PRUNE_EVERY: Duration = Duration::from_secs(3600);

@@ -26,15 +26,15 @@ use crate::runtime::{
     ReloadReport, RuntimeError, RuntimeSettings,
 };
 use crate::secrets;
-use crate::store::{
-    AuditResult, DiscoveredClusterRow, Finding, ObjectRef, ProbedBy, Severity, Store, StoreError,
-    UpsertSummary,
-};
 use crate::worker::{
     NoPlugins, ProbeTarget, Probed, Prober, Worker, WorkerHandle, WorkerSettings, WorkerStats,
     wall_clock,
 };
 use vigil_decision::ProbeOutcome;
+use vigil_store::{
+    AuditResult, DiscoveredClusterRow, Finding, ObjectRef, ProbedBy, Severity, Store, StoreError,
+    UpsertSummary,
+};
 
 /// Why the engine stopped with an error.
 #[derive(Debug, thiserror::Error)]

@@ -22,8 +22,8 @@ use vigil_decision::{
 
 use crate::metrics::{AUTO_PLUGIN, Metrics};
 use crate::reference::{self, ConnectionMaterial, Reference, Resolution};
-pub use crate::store::ProbedBy;
-use crate::store::{AppliedProbe, ApplySettings, ClusterRecord, Store, StoreError};
+pub use vigil_store::ProbedBy;
+use vigil_store::{AppliedProbe, ApplySettings, ClusterRecord, Store, StoreError};
 
 /// The current wall-clock time. The only place the engine reads the clock for
 /// health decisions, so that every decision of one probe uses one instant.
@@ -241,30 +241,6 @@ fn held(holds: &Holds) -> std::sync::MutexGuard<'_, HashMap<ClusterId, Hold>> {
     holds.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// What a failed write was, for operators who only see `/readyz`: the SQLite result
-/// codes an operator can act on, else a general phrase.
-fn write_failure_reason(error: &StoreError) -> &'static str {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(cause) = source {
-        if let Some(sqlx::Error::Database(database)) = cause.downcast_ref::<sqlx::Error>() {
-            // SQLite's extended result codes keep the primary code in their low byte.
-            let primary = database
-                .code()
-                .and_then(|code| code.parse::<i64>().ok())
-                .map(|code| code & 0xff);
-            return match primary {
-                Some(13) => "the database's disk is full",
-                Some(8) => "the database is read-only",
-                Some(10) => "the database's disk fails (I/O error)",
-                Some(5 | 6) => "the database stays locked",
-                _ => "the database refused the write",
-            };
-        }
-        source = cause.source();
-    }
-    "the database could not be written"
-}
-
 /// How long a cluster is held back after `failures` failed writes in a row: its
 /// interval, doubling with each failure, at most [`WRITE_BACKOFF_MAX_INTERVALS`].
 fn write_backoff(interval: Duration, failures: u32) -> Duration {
@@ -304,7 +280,7 @@ impl StoreWrites {
         *state = Some(WriteFailure {
             since,
             failures,
-            reason: write_failure_reason(error),
+            reason: error.write_failure_reason(),
         });
     }
 

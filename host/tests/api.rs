@@ -18,9 +18,9 @@ use vigil::api::{
     app,
 };
 use vigil::metrics::Metrics;
-use vigil::store::Store;
 use vigil::worker::{Worker, WorkerSettings, wall_clock};
 use vigil_decision::{ClusterStatus, ProbeOutcome, Timestamp};
+use vigil_store::Store;
 
 #[path = "support/engine.rs"]
 mod support;
@@ -680,7 +680,7 @@ async fn delete_is_refused_while_apps_remain_and_a_discovered_cluster_is_remembe
 
     // A discovered cluster: remembered as ignored, not re-added by discovery, and
     // registered again by hand.
-    let rows = [vigil::store::DiscoveredClusterRow {
+    let rows = [vigil_store::DiscoveredClusterRow {
         name: "found".to_owned(),
         endpoint: "https://127.0.0.1:6444".to_owned(),
         reference: api.reference("found"),

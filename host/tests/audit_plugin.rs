@@ -553,9 +553,9 @@ async fn a_plugin_over_its_memory_cap_is_a_fault_not_a_crash() {
 async fn drain_blocked_follows_the_fixtures_through_the_engine() {
     use vigil::auditing::audit_cluster;
     use vigil::serve::EngineProber;
-    use vigil::store::{DiscoveredClusterRow, Store};
     use vigil::worker::wall_clock;
     use vigil_decision::{ClusterStatus, ConditionType, ProbeOutcome};
+    use vigil_store::{DiscoveredClusterRow, Store};
 
     let temp = tempfile::tempdir().expect("tempdir");
     // The engine reads a kubeconfig only under its credential directories.
@@ -618,7 +618,7 @@ async fn drain_blocked_follows_the_fixtures_through_the_engine() {
             let record = store.cluster(name).await.expect("cluster");
             let result = audit_cluster(auditor, &record, BUDGET).await;
             assert_eq!(
-                matches!(result, vigil::store::AuditResult::Report { .. }),
+                matches!(result, vigil_store::AuditResult::Report { .. }),
                 expect_report,
                 "{result:?}"
             );
@@ -640,7 +640,7 @@ async fn drain_blocked_follows_the_fixtures_through_the_engine() {
             )
         }
     };
-    let codes_of = |audit: &vigil::store::AuditRecord| -> Vec<String> {
+    let codes_of = |audit: &vigil_store::AuditRecord| -> Vec<String> {
         audit.findings.iter().map(|f| f.code.clone()).collect()
     };
 

@@ -13,11 +13,11 @@ use axum::body::Body;
 use http_body_util::BodyExt;
 use tower::ServiceExt;
 use vigil::auditing::{AuditSettings, Auditor, audit_loop};
-use vigil::store::{
-    AuditResult, DiscoveredClusterRow, Finding, ObjectRef, ProbedBy, Severity, Store,
-};
 use vigil::worker::{ProbeTarget, wall_clock};
 use vigil_decision::{ClusterStatus, ConditionType, ProbeOutcome, Timestamp};
+use vigil_store::{
+    AuditResult, DiscoveredClusterRow, Finding, ObjectRef, ProbedBy, Severity, Store,
+};
 
 #[path = "support/engine.rs"]
 mod support;

@@ -7,9 +7,9 @@ mod support;
 use std::time::Duration;
 
 use support::{Behaviour, Running, Sandbox, ScriptedProber, settings, wait_until};
-use vigil::store::Store;
 use vigil::worker::WorkerSettings;
 use vigil_decision::{AppStatus, BrakeVerdict, ClusterStatus, PolicyOverrides};
+use vigil_store::Store;
 
 const FLEET: [&str; 5] = ["b0", "b1", "b2", "b3", "b4"];
 const THRESHOLD: u32 = 2;

@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use vigil::store::Store;
 use vigil_fake_kube::kubeconfig::write_kubeconfigs;
 use vigil_fake_kube::{AddressPlan, Fleet, KubeconfigOptions, ShapePlan};
+use vigil_store::Store;
 
 #[path = "support/plugins.rs"]
 mod plugins;

@@ -11,8 +11,8 @@ use std::process::Output;
 mod process;
 
 use process::vigil;
-use vigil::store::{DiscoveredClusterRow, Store};
 use vigil_decision::{PolicyOverrides, Timestamp};
+use vigil_store::{DiscoveredClusterRow, Store};
 
 const EKS: &str = "arn:aws:eks:eu-west-1:111122223333:cluster/vigil-demo";
 

@@ -8,10 +8,10 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use vigil::store::Store;
 use vigil::worker::wall_clock;
 use vigil_decision::PolicyOverrides;
 use vigil_fake_kube::{AddressPlan, Fleet, KubeconfigOptions};
+use vigil_store::Store;
 
 #[path = "support/process.rs"]
 mod process;

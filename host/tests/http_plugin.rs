@@ -20,10 +20,10 @@ use tower::ServiceExt;
 use vigil::api::{Access, ApiState, PluginCatalog, PluginView, Readiness, app};
 use vigil::reference::Reference;
 use vigil::runtime::{PluginRuntime, RuntimeSettings};
-use vigil::store::Store;
 use vigil::worker::{ProbeTarget, Prober, Worker};
 use vigil_decision::{ClusterId, ProbeOutcome, ReasonClass};
 use vigil_fake_kube::tls::{CertificateAuthority, provider};
+use vigil_store::Store;
 
 #[path = "support/engine.rs"]
 mod support;

@@ -13,12 +13,12 @@ use std::time::Duration;
 
 use support::{Sandbox, ScriptedProber, refused, settings, wait_until};
 use vigil::metrics::{CONTENT_TYPE, Metrics};
-use vigil::store::{ApplySettings, Store};
 use vigil::worker::{ProbeTarget, Prober, Worker, probe_now_recorded, wall_clock};
 use vigil_decision::{
     AppStatus, BrakeConfig, ClusterId, ClusterStatus, HealthPolicy, PolicyOverrides, ProbeOutcome,
     ReasonClass, Timestamp,
 };
+use vigil_store::{ApplySettings, Store};
 
 /// Answers each cluster's probes from a script, then hangs: once a script is
 /// played out, nothing more is recorded until the worker stops (a hanging probe

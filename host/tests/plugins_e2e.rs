@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD};
-use vigil::store::{ClusterRecord, Store};
 use vigil::worker::wall_clock;
 use vigil_decision::{AppStatus, ClusterStatus, ConditionType};
 use vigil_fake_kube::kubeconfig::write_kubeconfigs;
@@ -23,6 +22,7 @@ use vigil_fake_kube::{
     AddressPlan, CaRotation, ClusterHandle, Fleet, HangPoint, KubeconfigOptions, KubeconfigShape,
     ShapePlan, WrittenKubeconfig,
 };
+use vigil_store::{ClusterRecord, Store};
 
 #[path = "support/plugins.rs"]
 mod plugins;
@@ -333,7 +333,7 @@ async fn discovered_clusters_go_online_an_outage_cascades_and_recovery_restores_
     vigil.wait_status(down, ClusterStatus::Offline).await;
     let offline = vigil.cluster(down).await;
     assert_eq!(offline.last_reason_class.as_deref(), Some("refused"));
-    let status_of = |apps: &[vigil::store::AppRecord], name: &str| {
+    let status_of = |apps: &[vigil_store::AppRecord], name: &str| {
         apps.iter().find(|a| a.name == name).unwrap().status
     };
     let apps = vigil.store.apps().await.unwrap();

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 mod process;
 
 use vigil::retention::{retention_cutoff, retention_loop};
-use vigil::store::{PRUNE_BATCH, PrunedHistory, Store};
 use vigil::worker::wall_clock;
 use vigil_decision::{AppStatus, PolicyOverrides, Timestamp};
+use vigil_store::{PRUNE_BATCH, PrunedHistory, Store};
 
 const DAY: i64 = 86_400;
 

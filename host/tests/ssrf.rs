@@ -22,8 +22,8 @@ use tower::ServiceExt;
 use vigil::address_rule::AddressRule;
 use vigil::api::{Access, ApiState, Readiness, app};
 use vigil::runtime::{PluginRuntime, RuntimeSettings};
-use vigil::store::{NewCluster, Store};
 use vigil::worker::{Prober, Worker, wall_clock};
+use vigil_store::{NewCluster, Store};
 
 #[path = "support/plugins.rs"]
 mod plugins;

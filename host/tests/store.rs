@@ -2,12 +2,12 @@
 //! persistence of everything the rules need (docs/rules.md#persistence), and the database lock.
 
 use vigil::lock::{DatabaseLock, LockError};
-use vigil::store::{
-    ApplySettings, ClusterSource, DiscoveredClusterRow, Store, redact_url, sqlite_path,
-};
 use vigil_decision::{
     AppStatus, BrakeConfig, ClusterId, ClusterStatus, HealthPolicy, PolicyOverrides, ProbeOutcome,
     ReasonClass, Timestamp,
+};
+use vigil_store::{
+    ApplySettings, ClusterSource, DiscoveredClusterRow, Store, redact_url, sqlite_path,
 };
 
 fn row(name: &str, endpoint: &str, reference: &str) -> DiscoveredClusterRow {

@@ -6,9 +6,9 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::{Behaviour, Running, Sandbox, ScriptedProber, refused, settings, wait_until};
-use vigil::store::Store;
 use vigil::worker::probe_now;
 use vigil_decision::{AppStatus, ClusterStatus, PolicyOverrides, Timestamp};
+use vigil_store::Store;
 
 async fn register(sandbox: &Sandbox, store: &Store, names: &[String]) {
     for (i, name) in names.iter().enumerate() {

@@ -10,6 +10,8 @@
 //! what [`decide`] returns. The crate depends on `serde` only, so that its plain
 //! data can be stored and served as JSON by the layers around it.
 
+#![forbid(unsafe_code)]
+
 pub mod brake;
 mod outcome;
 mod policy;

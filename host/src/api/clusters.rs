@@ -24,8 +24,8 @@ use super::{ApiState, PageQuery, ProbeNowError, location, newest_first_page, pag
 use crate::address_rule::SETTING;
 use crate::reference::{self, Reference, ReferenceError, lies_under};
 use crate::runtime::{OPERATOR_PARAMETER_PREFIX, is_operator_parameter};
-use crate::store::{ClusterFilter, ClusterPatch, ClusterSource, NewCluster, PageEntry};
 use crate::worker::{Probed, wall_clock};
+use vigil_store::{ClusterFilter, ClusterPatch, ClusterSource, NewCluster, PageEntry};
 
 pub(super) fn routes() -> OpenApiRouter<ApiState> {
     OpenApiRouter::new()

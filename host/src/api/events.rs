@@ -29,7 +29,7 @@ use super::extract::ApiQuery;
 use super::problem::{Problem, ProblemKind};
 use super::server::DEFAULT_MAX_EVENT_STREAMS;
 use super::views::EventView;
-use crate::store::Store;
+use vigil_store::Store;
 
 /// How often the shared feed asks the store for the latest event while streams are open.
 const POLL: Duration = Duration::from_millis(250);

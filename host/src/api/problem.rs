@@ -13,8 +13,8 @@ use serde::Serialize;
 use tracing::{error, warn};
 use utoipa::ToSchema;
 
-use crate::store::StoreError;
 use crate::worker::error_chain;
+use vigil_store::StoreError;
 
 /// The media type of every error body.
 pub const PROBLEM_JSON: &str = "application/problem+json";
@@ -368,7 +368,7 @@ pub fn document_unavailable(openapi: &mut utoipa::openapi::OpenApi) {
 mod tests {
     use super::*;
 
-    fn problem_of(source: sqlx::Error) -> Problem {
+    fn problem_of(source: vigil_store::DatabaseError) -> Problem {
         StoreError::Query {
             doing: "testing",
             source,
@@ -378,7 +378,7 @@ mod tests {
 
     #[test]
     fn a_store_that_timed_out_waiting_for_a_connection_is_unavailable_not_broken() {
-        let problem = problem_of(sqlx::Error::PoolTimedOut);
+        let problem = problem_of(vigil_store::DatabaseError::pool_timed_out());
         assert_eq!(problem.status, 503, "{problem:?}");
         assert_eq!(problem.retry_after, Some(BUSY_RETRY_AFTER_SECONDS));
         let response = problem.into_response();
@@ -388,7 +388,7 @@ mod tests {
             BUSY_RETRY_AFTER_SECONDS.to_string()
         );
         // Anything else the database says stays an internal error, without a retry hint.
-        let problem = problem_of(sqlx::Error::RowNotFound);
+        let problem = problem_of(vigil_store::DatabaseError::row_not_found());
         assert_eq!((problem.status, problem.retry_after), (500, None));
         assert!(
             !problem

@@ -9,7 +9,7 @@ use utoipa::ToSchema;
 use vigil_decision::{Condition, HealthPolicy, PolicyOverrides, Timestamp};
 
 use super::problem::Problem;
-use crate::store::{AppRecord, ClusterRecord, DeploymentRecord, EventRecord};
+use vigil_store::{AppRecord, ClusterRecord, DeploymentRecord, EventRecord};
 
 /// A time as RFC 3339 (UTC, milliseconds).
 pub fn rfc3339(at: Timestamp) -> String {
@@ -520,8 +520,8 @@ pub struct ProbedByView {
     pub generation: u64,
 }
 
-impl From<&crate::store::ProbedBy> for ProbedByView {
-    fn from(by: &crate::store::ProbedBy) -> Self {
+impl From<&vigil_store::ProbedBy> for ProbedByView {
+    fn from(by: &vigil_store::ProbedBy) -> Self {
         Self {
             plugin: by.plugin.clone(),
             generation: by.generation,
@@ -599,15 +599,15 @@ pub struct AuditFailureView {
     pub at: String,
 }
 
-impl From<&crate::store::AuditRecord> for AuditView {
-    fn from(audit: &crate::store::AuditRecord) -> Self {
-        use crate::store::Severity;
+impl From<&vigil_store::AuditRecord> for AuditView {
+    fn from(audit: &vigil_store::AuditRecord) -> Self {
+        use vigil_store::Severity;
         let rank = |s: Severity| match s {
             Severity::Blocking => 0,
             Severity::Warning => 1,
             Severity::Info => 2,
         };
-        let mut findings: Vec<&crate::store::Finding> = audit.findings.iter().collect();
+        let mut findings: Vec<&vigil_store::Finding> = audit.findings.iter().collect();
         findings.sort_by_key(|f| rank(f.severity));
         Self {
             audited_at: audit.audited_at.map(rfc3339),

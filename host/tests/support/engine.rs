@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use vigil::store::Store;
 use vigil::worker::{ProbeTarget, Prober, Worker, WorkerSettings, WorkerStats};
 use vigil_decision::{BrakeConfig, HealthPolicy, ProbeOutcome, ReasonClass};
+use vigil_store::Store;
 
 /// What the scripted prober does for one cluster.
 #[derive(Debug, Clone)]

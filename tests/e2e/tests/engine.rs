@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 use vigil::discovery::{self, Sources};
-use vigil::store::{DiscoveredClusterRow, Store};
 use vigil::worker::{Worker, WorkerSettings, WorkerStats, wall_clock};
 use vigil_decision::{AppStatus, BrakeConfig, ClusterStatus, HealthPolicy};
 use vigil_e2e::NativeProber;
 use vigil_fake_kube::{AddressPlan, Fleet, HangPoint, KubeconfigOptions, ShapePlan};
+use vigil_store::{DiscoveredClusterRow, Store};
 
 const NAMESPACES: &str = "/api/v1/namespaces";
 

@@ -5,7 +5,7 @@
 //! databases.
 //!
 //! ```text
-//! cargo run -p vigil --example store-commit -- --clusters 500 --probes 2000 --rounds 5 --dir target
+//! cargo run -p vigil-store --example store-commit -- --clusters 500 --probes 2000 --rounds 5 --dir target
 //! ```
 //!
 //! `--dir` must be on the disk the database would live on: a tmpfs syncs for free.
@@ -13,8 +13,8 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use vigil::store::{ApplySettings, DiscoveredClusterRow, SqliteSynchronous, Store};
 use vigil_decision::{BrakeConfig, ClusterId, HealthPolicy, ProbeOutcome, Timestamp};
+use vigil_store::{ApplySettings, CommitDurability, DiscoveredClusterRow, Store};
 
 struct Options {
     clusters: usize,
@@ -71,7 +71,7 @@ fn settings() -> ApplySettings {
 /// tasks; the wall time of the applies alone.
 async fn round(
     options: &Options,
-    synchronous: SqliteSynchronous,
+    synchronous: CommitDurability,
     file: &std::path::Path,
 ) -> Result<Duration, String> {
     let store = Store::open_with_synchronous(&format!("sqlite://{}", file.display()), synchronous)
@@ -159,9 +159,9 @@ async fn main() -> Result<(), String> {
     for r in 0..options.rounds {
         // Alternate which goes first, so that a drift in the machine's load favours neither.
         let order = if r % 2 == 0 {
-            [SqliteSynchronous::Full, SqliteSynchronous::Normal]
+            [CommitDurability::Full, CommitDurability::Normal]
         } else {
-            [SqliteSynchronous::Normal, SqliteSynchronous::Full]
+            [CommitDurability::Normal, CommitDurability::Full]
         };
         let mut this_round = [0.0; 2];
         for synchronous in order {
@@ -173,7 +173,7 @@ async fn main() -> Result<(), String> {
                 "round {r} {synchronous:?}: {per_second:.0} commits/s, {micros:.0} µs per commit"
             );
             match synchronous {
-                SqliteSynchronous::Full => {
+                CommitDurability::Full => {
                     full.push(per_second);
                     this_round[0] = per_second;
                 }

@@ -7,6 +7,8 @@
 //! updated or untouched. Everything the rules need is persisted
 //! (docs/rules.md#persistence).
 
+#![forbid(unsafe_code)]
+
 mod audits;
 mod operator;
 
@@ -21,7 +23,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use serde::Serialize;
-pub use sqlx::sqlite::SqliteSynchronous;
+use sqlx::sqlite::SqliteSynchronous;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
 use sqlx::{FromRow, Sqlite, SqlitePool, Transaction};
 use vigil_decision::brake::{self, BrakeAssessment, FleetSample};
@@ -53,7 +55,7 @@ pub enum StoreError {
         url: String,
         /// The cause.
         #[source]
-        source: sqlx::Error,
+        source: DatabaseError,
     },
     /// The migrations could not be applied.
     #[error("cannot migrate database {url}")]
@@ -62,7 +64,7 @@ pub enum StoreError {
         url: String,
         /// The cause.
         #[source]
-        source: sqlx::migrate::MigrateError,
+        source: DatabaseError,
     },
     /// A query failed.
     #[error("database error while {doing}")]
@@ -71,7 +73,7 @@ pub enum StoreError {
         doing: &'static str,
         /// The cause.
         #[source]
-        source: sqlx::Error,
+        source: DatabaseError,
     },
     /// A stored value could not be read back.
     #[error("stored {what} is invalid: {reason}")]
@@ -119,30 +121,118 @@ impl StoreError {
     /// request may well succeed a moment later.
     pub fn is_busy(&self) -> bool {
         match self {
-            Self::Query { source, .. } | Self::Open { source, .. } => is_busy(source),
+            Self::Query { source, .. } | Self::Open { source, .. } => source.is_busy(),
             _ => false,
+        }
+    }
+
+    /// What a failed write was, in words an operator who only sees `/readyz` can act on:
+    /// the SQLite result codes that name a cause (disk full, read-only, I/O error, locked),
+    /// else a general phrase.
+    pub fn write_failure_reason(&self) -> &'static str {
+        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(self);
+        while let Some(cause) = source {
+            if let Some(database) = cause.downcast_ref::<DatabaseError>()
+                && let Some(primary) = database.primary_code()
+            {
+                return match primary {
+                    13 => "the database's disk is full",
+                    8 => "the database is read-only",
+                    10 => "the database's disk fails (I/O error)",
+                    5 | 6 => "the database stays locked",
+                    _ => "the database refused the write",
+                };
+            }
+            source = cause.source();
+        }
+        "the database could not be written"
+    }
+}
+
+/// An error of the database client. Opaque outside the store: callers ask it what they
+/// need ([`StoreError::is_busy`], [`StoreError::write_failure_reason`]) and never see the
+/// client library's types.
+#[derive(Debug)]
+pub struct DatabaseError(DatabaseCause);
+
+#[derive(Debug)]
+enum DatabaseCause {
+    Client(sqlx::Error),
+    Migrate(sqlx::migrate::MigrateError),
+}
+
+impl DatabaseError {
+    /// A pool that gave no connection in time, as the client reports it (for the callers'
+    /// tests of how a busy store is answered).
+    pub fn pool_timed_out() -> Self {
+        Self(DatabaseCause::Client(sqlx::Error::PoolTimedOut))
+    }
+
+    /// A query that found no row, as the client reports it (for the callers' tests of how
+    /// an unexpected database error is answered).
+    pub fn row_not_found() -> Self {
+        Self(DatabaseCause::Client(sqlx::Error::RowNotFound))
+    }
+
+    /// SQLite's primary result code of a database error: the low byte of every extended
+    /// code derived from it (`SQLITE_BUSY_SNAPSHOT` is `SQLITE_BUSY`, …).
+    fn primary_code(&self) -> Option<i64> {
+        match &self.0 {
+            DatabaseCause::Client(sqlx::Error::Database(database)) => database
+                .code()
+                .and_then(|code| code.parse::<i64>().ok())
+                .map(|code| code & 0xff),
+            _ => None,
+        }
+    }
+
+    /// Whether the database was busy (`SQLITE_BUSY`, `SQLITE_LOCKED`) or the pool gave
+    /// no connection in time: the caller may retry.
+    fn is_busy(&self) -> bool {
+        const SQLITE_BUSY: i64 = 5;
+        const SQLITE_LOCKED: i64 = 6;
+        matches!(&self.0, DatabaseCause::Client(sqlx::Error::PoolTimedOut))
+            || self
+                .primary_code()
+                .is_some_and(|code| matches!(code, SQLITE_BUSY | SQLITE_LOCKED))
+    }
+}
+
+impl std::fmt::Display for DatabaseError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            DatabaseCause::Client(error) => error.fmt(f),
+            DatabaseCause::Migrate(error) => error.fmt(f),
         }
     }
 }
 
-/// [`StoreError::is_busy`] of one database error.
-fn is_busy(error: &sqlx::Error) -> bool {
-    /// SQLite's primary result codes `SQLITE_BUSY` and `SQLITE_LOCKED`: the low byte of
-    /// every extended code derived from them (`SQLITE_BUSY_SNAPSHOT`, …).
-    const SQLITE_BUSY: i32 = 5;
-    const SQLITE_LOCKED: i32 = 6;
-    match error {
-        sqlx::Error::PoolTimedOut => true,
-        sqlx::Error::Database(error) => error
-            .code()
-            .and_then(|code| code.parse::<i32>().ok())
-            .is_some_and(|code| matches!(code & 0xff, SQLITE_BUSY | SQLITE_LOCKED)),
-        _ => false,
+impl std::error::Error for DatabaseError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.0 {
+            DatabaseCause::Client(error) => error.source(),
+            DatabaseCause::Migrate(error) => error.source(),
+        }
+    }
+}
+
+impl From<sqlx::Error> for DatabaseError {
+    fn from(error: sqlx::Error) -> Self {
+        Self(DatabaseCause::Client(error))
+    }
+}
+
+impl From<sqlx::migrate::MigrateError> for DatabaseError {
+    fn from(error: sqlx::migrate::MigrateError) -> Self {
+        Self(DatabaseCause::Migrate(error))
     }
 }
 
 fn query_error(doing: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
-    move |source| StoreError::Query { doing, source }
+    move |source| StoreError::Query {
+        doing,
+        source: source.into(),
+    }
 }
 
 /// Where a cluster comes from.
@@ -520,7 +610,27 @@ pub struct Store {
 /// deployment acknowledged by the API is then still there after a power loss or an operating
 /// system crash; with `NORMAL`, the last commits before one can be lost, and with them an
 /// outage opened or closed. What it costs is measured in BENCHMARKS.md ("Commit durability").
-pub const SYNCHRONOUS: SqliteSynchronous = SqliteSynchronous::Full;
+pub const SYNCHRONOUS: CommitDurability = CommitDurability::Full;
+
+/// How far a commit is on disk before it returns (SQLite's `synchronous` setting in WAL
+/// mode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitDurability {
+    /// `FULL`: each commit syncs the log; nothing acknowledged is lost on power loss.
+    Full,
+    /// `NORMAL`: the log is synced at checkpoints; the last commits before a power loss or
+    /// an operating system crash can be lost.
+    Normal,
+}
+
+impl From<CommitDurability> for SqliteSynchronous {
+    fn from(durability: CommitDurability) -> Self {
+        match durability {
+            CommitDurability::Full => Self::Full,
+            CommitDurability::Normal => Self::Normal,
+        }
+    }
+}
 
 /// What stands for a redacted secret.
 const REDACTED: &str = "***";
@@ -668,17 +778,17 @@ impl Store {
     /// costs (BENCHMARKS.md, "Commit durability"). The engine opens with [`SYNCHRONOUS`].
     pub async fn open_with_synchronous(
         url: &str,
-        synchronous: SqliteSynchronous,
+        synchronous: CommitDurability,
     ) -> Result<Self, StoreError> {
         sqlite_path(url)?;
         let options = SqliteConnectOptions::from_str(url)
             .map_err(|source| StoreError::Open {
                 url: redact_url(url),
-                source,
+                source: source.into(),
             })?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(synchronous)
+            .synchronous(synchronous.into())
             .busy_timeout(Duration::from_secs(10))
             .foreign_keys(true);
         let pool = SqlitePoolOptions::new()
@@ -693,14 +803,14 @@ impl Store {
             .await
             .map_err(|source| StoreError::Open {
                 url: redact_url(url),
-                source,
+                source: source.into(),
             })?;
         MIGRATOR
             .run(&pool)
             .await
             .map_err(|source| StoreError::Migrate {
                 url: redact_url(url),
-                source,
+                source: source.into(),
             })?;
         Ok(Self { pool })
     }
@@ -711,9 +821,9 @@ impl Store {
     /// on it is the plan `vigil serve` would carry out.
     pub async fn open_existing(url: &str) -> Result<ExistingDatabase, StoreError> {
         sqlite_path(url)?;
-        let open_error = |source| StoreError::Open {
+        let open_error = |source: sqlx::Error| StoreError::Open {
             url: redact_url(url),
-            source,
+            source: source.into(),
         };
         let options = SqliteConnectOptions::from_str(url)
             .map_err(open_error)?
