@@ -42,7 +42,7 @@ async fn migrations_run_once_and_the_database_uses_wal() {
         .fetch_one(store.pool())
         .await
         .unwrap();
-    let files = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations"))
+    let files = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/store/migrations"))
         .unwrap()
         .filter(|entry| {
             entry
