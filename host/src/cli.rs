@@ -7,11 +7,15 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::config::{
+    ApiConfig, EngineConfig, LogFormat, PluginConfig, SecretSetting, SettingError,
+};
 use vigil_decision::{BrakeConfig, HealthPolicy};
 
-use crate::discovery::DiscoverySettings;
-use crate::runtime::ProbationPolicy;
-use crate::secrets::ManagementCluster;
+use vigil_domain::discovery::DiscoverySettings;
+use vigil_domain::secrets::ManagementCluster;
+use vigil_plugin_host::ProbationPolicy;
 use vigil_store::{redact_url, sqlite_path};
 
 /// vigil — a cluster health engine.
@@ -321,15 +325,6 @@ pub enum BrakeSwitch {
     Off,
 }
 
-/// Log output format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line.
-    Json,
-}
-
 /// Settings of `vigil serve`.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
@@ -560,9 +555,9 @@ pub struct PluginAccessArgs {
         long = "registration-allow",
         env = "VIGIL_REGISTRATION_ALLOW",
         value_name = "VIGIL_REGISTRATION_ALLOW",
-        value_parser = crate::address_rule::AddressRule::parse
+        value_parser = vigil_domain::address_rule::AddressRule::parse
     )]
-    pub registration_allow: Option<crate::address_rule::AddressRule>,
+    pub registration_allow: Option<vigil_domain::address_rule::AddressRule>,
 
     /// Where compiled plugins are cached [default: $XDG_CACHE_HOME/vigil, else ~/.cache/vigil].
     #[arg(
@@ -597,23 +592,6 @@ pub struct PluginAccessArgs {
     pub kubernetes_service_host: Option<String>,
 }
 
-/// The probe plugins' settings, checked.
-#[derive(Debug, Clone)]
-pub struct PluginConfig {
-    /// The plugin directory.
-    pub plugin_dir: PathBuf,
-    /// The compiled-plugin cache; `None` when no location could be derived.
-    pub cache_dir: Option<PathBuf>,
-    /// Directories (besides the kubeconfig sources) under which credential files may lie.
-    pub credential_dirs: Vec<PathBuf>,
-    /// Where clusters may point vigil (`VIGIL_REGISTRATION_ALLOW`).
-    pub registration_allow: crate::address_rule::AddressRule,
-    /// How a replaced plugin's new generation is judged.
-    pub probation: ProbationPolicy,
-    /// Where the Secrets of `secret://` references are read.
-    pub management: ManagementCluster,
-}
-
 impl PluginArgs {
     /// Checks the settings that clap cannot check alone.
     pub fn config(&self, home_dir: Option<&Path>) -> Result<PluginConfig, SettingError> {
@@ -626,7 +604,7 @@ impl PluginArgs {
                 .iter()
                 .filter(|p| !p.as_os_str().is_empty())
                 .cloned()
-                .map(crate::discovery::absolute)
+                .map(vigil_domain::discovery::absolute)
                 .collect(),
             registration_allow: self.access.registration_allow.clone().unwrap_or_default(),
             probation: ProbationPolicy {
@@ -638,7 +616,7 @@ impl PluginArgs {
                     .management_kubeconfig
                     .clone()
                     .filter(|p| !p.as_os_str().is_empty())
-                    .map(crate::discovery::absolute)
+                    .map(vigil_domain::discovery::absolute)
                     .as_deref(),
                 self.access.kubernetes_service_host.as_deref(),
             ),
@@ -664,7 +642,7 @@ impl PluginArgs {
                 .or_else(|| home_dir.map(|home| home.join(".cache").join("vigil")))
         });
         if let Some(dir) = &cache_dir
-            && crate::reference::lies_under(dir, std::slice::from_ref(&self.plugin_dir))
+            && vigil_domain::reference::lies_under(dir, std::slice::from_ref(&self.plugin_dir))
         {
             return Err(SettingError {
                 variable: if explicit.is_some() {
@@ -712,51 +690,6 @@ fn parse_ratio(text: &str) -> Result<f64, String> {
     }
 }
 
-/// A setting that parsed but cannot be used.
-#[derive(Debug, thiserror::Error)]
-#[error("invalid value {value} for {variable}: {reason}")]
-pub struct SettingError {
-    /// The environment variable (and flag) concerned.
-    pub variable: &'static str,
-    /// The offending value, redacted where it may hold a password.
-    pub value: String,
-    /// Why it cannot be used.
-    pub reason: String,
-}
-
-/// The engine's settings, checked.
-#[derive(Debug, Clone)]
-pub struct EngineConfig {
-    /// Global policy defaults.
-    pub defaults: HealthPolicy,
-    /// Brake settings (the window is resolved against the clusters' intervals at start-up).
-    pub brake: BrakeConfig,
-    /// Whether the brake window was given explicitly.
-    pub brake_window_explicit: bool,
-    /// Probe concurrency.
-    pub concurrency: usize,
-    /// Where kubeconfigs are.
-    pub discovery: DiscoverySettings,
-    /// The database URL.
-    pub database_url: String,
-    /// The SQLite file, if the URL names one.
-    pub database_path: Option<PathBuf>,
-    /// The probe plugins.
-    pub plugins: PluginConfig,
-    /// Log format.
-    pub log_format: LogFormat,
-    /// The REST API's settings.
-    pub api: ApiConfig,
-    /// Whether metrics have one series per cluster.
-    pub metrics_per_cluster: bool,
-    /// Days the transition history is kept (see [`crate::retention`]).
-    pub history_retention_days: u32,
-    /// Between two audits of a cluster.
-    pub audit_interval: Duration,
-    /// How long one audit may take.
-    pub audit_timeout: Duration,
-}
-
 impl ServeArgs {
     /// Checks the settings that clap cannot check alone.
     pub fn engine_config(&self, home_dir: Option<PathBuf>) -> Result<EngineConfig, SettingError> {
@@ -795,9 +728,6 @@ impl ServeArgs {
         })
     }
 }
-
-/// How long discovery waits for file changes to settle before re-reading.
-pub const DISCOVERY_DEBOUNCE: Duration = Duration::from_millis(500);
 
 /// Settings of the REST API.
 #[derive(Debug, Clone, Args)]
@@ -867,7 +797,7 @@ pub struct ApiArgs {
     /// Seconds a connection may take to send a request's head; a slower one is closed.
     #[arg(long = "api-header-read-timeout", env = "VIGIL_API_HEADER_READ_TIMEOUT",
           value_name = "VIGIL_API_HEADER_READ_TIMEOUT",
-          default_value_t = crate::api::server::DEFAULT_HEADER_READ_TIMEOUT_SECS,
+          default_value_t = vigil_api::server::DEFAULT_HEADER_READ_TIMEOUT_SECS,
           value_parser = clap::value_parser!(u32).range(1..=3600))]
     pub header_read_timeout: u32,
 }
@@ -884,56 +814,25 @@ fn redact_user_info(url: &str) -> String {
     }
 }
 
-/// A secret setting: never printed, not even by `Debug`.
-#[derive(Clone, PartialEq, Eq)]
-pub struct SecretSetting(pub String);
-
-impl std::fmt::Debug for SecretSetting {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("SecretSetting(***)")
-    }
-}
-
-/// The REST API's settings, checked.
-#[derive(Debug, Clone)]
-pub struct ApiConfig {
-    /// Where it listens.
-    pub listen: SocketAddr,
-    /// `VIGIL_API_TOKEN`.
-    pub token: Option<SecretSetting>,
-    /// `VIGIL_API_TOKENS_FILE`.
-    pub tokens_file: Option<PathBuf>,
-    /// `VIGIL_API_READ_AUTH`.
-    pub read_auth: bool,
-    /// `VIGIL_PUBLIC_URL`.
-    pub public_url: Option<crate::api::PublicUrl>,
-    /// The server's bounds (`VIGIL_API_MAX_CONNECTIONS`, `VIGIL_API_MAX_EVENT_STREAMS`,
-    /// `VIGIL_API_HEADER_READ_TIMEOUT`).
-    pub limits: crate::api::server::ServerLimits,
-    /// Whether the operator set `VIGIL_API_MAX_CONNECTIONS` (a cap set that does not fit
-    /// the open-files limit stops start-up; the default is lowered instead).
-    pub max_connections_set: bool,
-}
-
 impl ApiArgs {
     fn config(&self) -> Result<ApiConfig, SettingError> {
         let token = self.token.clone().filter(|t| !t.is_empty());
         if let Some(token) = &token
-            && token.len() < crate::api::auth::MIN_TOKEN_LEN
+            && token.len() < vigil_api::auth::MIN_TOKEN_LEN
         {
             return Err(SettingError {
                 variable: "VIGIL_API_TOKEN",
                 value: "***".to_owned(),
                 reason: format!(
                     "a token needs at least {} characters",
-                    crate::api::auth::MIN_TOKEN_LEN
+                    vigil_api::auth::MIN_TOKEN_LEN
                 ),
             });
         }
         // A tokens file must yield tokens: one that cannot be read or holds none stops
         // start-up rather than leaving the API open (it is read again at start).
         if let Some(file) = &self.tokens_file
-            && let Err(error) = crate::api::Access::new(None, Some(file), false)
+            && let Err(error) = vigil_api::Access::new(None, Some(file), false)
         {
             return Err(SettingError {
                 variable: "VIGIL_API_TOKENS_FILE",
@@ -943,15 +842,13 @@ impl ApiArgs {
         }
         let public_url = match self.public_url.as_deref() {
             None | Some("") => None,
-            Some(url) => {
-                Some(
-                    crate::api::PublicUrl::parse(url).map_err(|reason| SettingError {
-                        variable: "VIGIL_PUBLIC_URL",
-                        value: redact_user_info(url),
-                        reason: reason.to_owned(),
-                    })?,
-                )
-            }
+            Some(url) => Some(
+                vigil_api::PublicUrl::parse(url).map_err(|reason| SettingError {
+                    variable: "VIGIL_PUBLIC_URL",
+                    value: redact_user_info(url),
+                    reason: reason.to_owned(),
+                })?,
+            ),
         };
         let has_token = token.is_some() || self.tokens_file.is_some();
         if !has_token && !self.listen.ip().is_loopback() && !self.insecure_no_auth {
@@ -972,9 +869,9 @@ impl ApiArgs {
         }
         let max_connections = self
             .max_connections
-            .unwrap_or(crate::api::server::DEFAULT_MAX_CONNECTIONS);
+            .unwrap_or(vigil_api::server::DEFAULT_MAX_CONNECTIONS);
         let max_event_streams = match self.max_event_streams {
-            None => crate::api::server::DEFAULT_MAX_EVENT_STREAMS.min(max_connections),
+            None => vigil_api::server::DEFAULT_MAX_EVENT_STREAMS.min(max_connections),
             Some(streams) => streams,
         };
         if max_event_streams > max_connections {
@@ -993,7 +890,7 @@ impl ApiArgs {
             tokens_file: self.tokens_file.clone(),
             read_auth: self.read_auth,
             public_url,
-            limits: crate::api::server::ServerLimits {
+            limits: vigil_api::server::ServerLimits {
                 max_connections,
                 max_event_streams,
                 header_read_timeout: Duration::from_secs(u64::from(self.header_read_timeout)),

@@ -2,7 +2,7 @@
 //! to a running vigil.
 //!
 //! One request per fresh connection (hyper's HTTP/1 client), plain HTTP for `http://`
-//! servers and rustls with the system trust store ([`crate::tls`]) for `https://`. The
+//! servers and rustls with the system trust store ([`vigil_domain::tls`]) for `https://`. The
 //! bearer token is sent in the `Authorization` header and nowhere else: no error, no
 //! `Debug` output and no printed answer carries it (an answer that quotes it has it
 //! replaced by `***`).
@@ -21,9 +21,9 @@ use serde::Deserialize;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
-use crate::api::percent_encode;
-use crate::cli::SecretSetting;
-use crate::tls::{TlsClients, Trust};
+use crate::config::SecretSetting;
+use vigil_api::percent_encode;
+use vigil_domain::tls::{TlsClients, Trust};
 
 /// How long connecting to the server may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -350,7 +350,7 @@ impl ApiClient {
         let _ = tcp.set_nodelay(true);
         match &self.tls {
             Some(config) => {
-                let name = crate::tls::server_name(&server.host, None)
+                let name = vigil_domain::tls::server_name(&server.host, None)
                     .map_err(|e| self.unreachable(e.to_string()))?;
                 let stream = TlsConnector::from(Arc::clone(config))
                     .connect(name, tcp)
@@ -536,7 +536,7 @@ pub fn status_table(clusters: &[serde_json::Value], now: SystemTime) -> String {
         "PLUGIN",
     ]
     .map(str::to_owned);
-    crate::discovery_preview::write_table(&mut out, &header, &rows);
+    crate::output::write_table(&mut out, &header, &rows);
     out
 }
 

@@ -1,23 +1,20 @@
-//! vigil, the cluster health engine: discovery, store, health worker and the
-//! command line around the pure decisions of [`vigil_decision`].
+//! vigil, the cluster health engine: the command line and the composition of its crates.
+//!
+//! - [`cli`]: the command line (clap) and how it becomes the configuration;
+//! - [`serve`]: `vigil serve`, the engine of [`vigil_engine`] with the plugin runtime of
+//!   [`vigil_plugin_host`] and the REST API of [`vigil_api`];
+//! - [`client`]: the API client of `vigil status` and `vigil probe --apply`;
+//! - [`audit_cli`]: `vigil audit -f`, the drain rules on manifest files;
+//! - [`plugin_check`]: `vigil plugin check`;
+//! - [`open_files`]: the open-files limit `vigil serve` needs.
 
-pub mod address_rule;
-pub mod api;
+#![forbid(unsafe_code)]
+
 pub mod audit_cli;
-pub mod auditing;
 pub mod cli;
 pub mod client;
-pub mod discovery;
-pub mod discovery_preview;
-pub mod lock;
-pub mod metrics;
+pub mod config;
 pub mod open_files;
+pub mod output;
 pub mod plugin_check;
-pub mod plugin_watch;
-pub mod reference;
-pub mod retention;
-pub mod runtime;
-pub mod secrets;
 pub mod serve;
-pub mod tls;
-pub mod worker;

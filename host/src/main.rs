@@ -1,5 +1,7 @@
 //! The `vigil` binary: parses the command line and runs the engine.
 
+#![forbid(unsafe_code)]
+
 use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -9,16 +11,18 @@ use clap::Parser;
 use serde_json::json;
 use tracing_subscriber::EnvFilter;
 use vigil::cli::{
-    Cli, Command, DiscoverArgs, LogFormat, OutputFormat, PluginCheckArgs, PluginCommand, ProbeArgs,
+    Cli, Command, DiscoverArgs, OutputFormat, PluginCheckArgs, PluginCommand, ProbeArgs,
     ServerArgs, StatusArgs,
 };
 use vigil::client::{ApiClient, ClientError, status_table};
-use vigil::discovery::{self, Sources};
-use vigil::discovery_preview::preview;
+use vigil::config::{EngineConfig, LogFormat};
 use vigil::plugin_check::{CheckError, CheckSettings};
 use vigil::serve::{ServeError, credential_roots, load_plugins, serve_with_plugins};
-use vigil::worker::{Probed, WorkerSettings, error_chain, probe_once, wall_clock};
 use vigil_decision::{BrakeConfig, ClusterHealth, ClusterId, HealthPolicy};
+use vigil_domain::discovery::{self, Sources};
+use vigil_domain::probe::{Probed, error_chain, wall_clock};
+use vigil_engine::discovery_preview::preview;
+use vigil_engine::worker::{WorkerSettings, probe_once};
 use vigil_store::{ClusterRecord, ClusterSource, ExistingDatabase, Store, StoreError};
 
 /// Exit code: the command could not do its work.
@@ -100,7 +104,7 @@ fn main() -> ExitCode {
 
 /// Raises the open-files limit to its hard limit and fits the API's connection cap in it
 /// (`vigil::open_files`): a cap the operator set that does not fit stops start-up (exit 2).
-fn fit_open_files(config: &mut vigil::cli::EngineConfig) -> Result<(), ExitCode> {
+fn fit_open_files(config: &mut EngineConfig) -> Result<(), ExitCode> {
     let limit = match vigil::open_files::raise_to_hard_limit() {
         Ok(limit) => limit,
         Err(error) => {
@@ -611,7 +615,7 @@ fn discover(args: &DiscoverArgs) -> ExitCode {
     match planned {
         Ok(preview) => {
             let text = match args.output {
-                OutputFormat::Table => preview.to_table(),
+                OutputFormat::Table => vigil::output::discovery_preview(&preview),
                 OutputFormat::Json => preview.to_json() + "\n",
             };
             // A closed pipe (`| head`) is not an error of the preview.

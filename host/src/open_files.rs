@@ -8,8 +8,8 @@
 //! error naming both numbers; the default cap is lowered to fit instead (with a warning),
 //! so that vigil still starts on a host with a low limit.
 
-use crate::api::server::{MIN_CONNECTIONS, ServerLimits};
-use crate::runtime::MAX_WASI_HTTP_IN_FLIGHT;
+use vigil_api::server::{MIN_CONNECTIONS, ServerLimits};
+use vigil_plugin_host::MAX_WASI_HTTP_IN_FLIGHT;
 
 /// Descriptors the engine keeps apart from probes and API connections: the database
 /// pool, the kubeconfig and plugin watches, the compiled-code cache, standard streams,

@@ -11,12 +11,13 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use crate::api::{HIDDEN_REFERENCE, is_credential_reference};
-use crate::runtime::{
+use vigil_domain::parameter::{HIDDEN_REFERENCE, is_credential_reference};
+use vigil_domain::probe::Probed;
+use vigil_engine::worker::{WorkerSettings, probe_once};
+use vigil_plugin_host::{
     Manifest, PluginRuntime, PluginSummary, Refusal, RuntimeError, RuntimeSettings,
     SUPPORTED_CONTRACT,
 };
-use crate::worker::{Probed, WorkerSettings, probe_once};
 use vigil_store::ClusterRecord;
 
 /// What a check needs besides the file.
@@ -27,9 +28,9 @@ pub struct CheckSettings {
     /// Where `file:///` credential parameters and file references may lie.
     pub credential_dirs: Vec<PathBuf>,
     /// Where the Secrets of `secret://` references are read.
-    pub management: crate::secrets::ManagementCluster,
+    pub management: vigil_domain::secrets::ManagementCluster,
     /// Where plugins may connect to clusters (`VIGIL_REGISTRATION_ALLOW`).
-    pub registration_allow: crate::address_rule::AddressRule,
+    pub registration_allow: vigil_domain::address_rule::AddressRule,
 }
 
 /// Why a check could not be made, or its verdict that the file is refused.
@@ -143,7 +144,7 @@ pub async fn check(
         cache_dir: settings.cache_dir.clone(),
         concurrency: 1,
         credential_dirs: settings.credential_dirs.clone(),
-        secrets: Some(crate::secrets::connect(&settings.management).await),
+        secrets: Some(vigil_domain::secrets::connect(&settings.management).await),
         registration_allow: settings.registration_allow.clone(),
     };
     let (runtime, mut report) = PluginRuntime::load(&runtime_settings).await?;

@@ -11,30 +11,25 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
-use crate::api::{
+use crate::config::{DISCOVERY_DEBOUNCE, EngineConfig, PluginConfig};
+use vigil_api::{
     Access, ApiState, BoxFuture, PluginCatalog, PluginFailureView, PluginView, ProbationView,
     ProbedByView, Readiness, ReloadView, TokensError, rfc3339,
 };
-use crate::auditing::{AuditSettings, Auditor, audit_loop};
-use crate::cli::{DISCOVERY_DEBOUNCE, EngineConfig, PluginConfig};
-use crate::discovery::{self, DiscoverySettings, Sources};
-use crate::lock::{DatabaseLock, LockError};
-use crate::metrics::Metrics;
-use crate::reference::{self, Reference};
-use crate::runtime::{
+use vigil_decision::{ProbeOutcome, ProbedBy};
+use vigil_domain::discovery::{self, DiscoverySettings, Sources};
+use vigil_domain::probe::{NoPlugins, ProbeTarget, Probed, Prober, error_chain, wall_clock};
+use vigil_domain::secrets;
+use vigil_engine::auditing::{AuditSettings, Auditor, audit_loop};
+use vigil_engine::discovery::run_discovery;
+use vigil_engine::metrics::Metrics;
+use vigil_engine::worker::{Worker, WorkerSettings, WorkerStats};
+use vigil_plugin_host::{
     AuditOutcome, CandidateFailure, FindingSeverity, PluginEvent, PluginRuntime, PluginStatus,
     ReloadReport, RuntimeError, RuntimeSettings,
 };
-use crate::secrets;
-use crate::worker::{
-    NoPlugins, ProbeTarget, Probed, Prober, Worker, WorkerHandle, WorkerSettings, WorkerStats,
-    wall_clock,
-};
-use vigil_decision::ProbeOutcome;
-use vigil_store::{
-    AuditResult, DiscoveredClusterRow, Finding, ObjectRef, ProbedBy, Severity, Store, StoreError,
-    UpsertSummary,
-};
+use vigil_store::lock::{DatabaseLock, LockError};
+use vigil_store::{AuditResult, Finding, ObjectRef, Severity, Store, StoreError};
 
 /// Why the engine stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -194,7 +189,7 @@ pub async fn serve_with_plugins(
                 events_stopped,
             ));
             // The plugin directory is live: changes to it and SIGHUP reload it.
-            let reloads = tokio::spawn(crate::plugin_watch::reload_loop(
+            let reloads = tokio::spawn(vigil_plugin_host::plugin_watch::reload_loop(
                 runtime.clone(),
                 config.plugins.plugin_dir.clone(),
             ));
@@ -263,7 +258,7 @@ async fn record_plugin_event(store: &Store, metrics: &Metrics, event: &PluginEve
         .record_plugin_event(event.kind(), &event.detail(), None, wall_clock())
         .await
     {
-        warn!(kind = event.kind(), detail = %event.detail(), error = %crate::worker::error_chain(&error), "a plugin event was not recorded in the history");
+        warn!(kind = event.kind(), detail = %event.detail(), error = %error_chain(&error), "a plugin event was not recorded in the history");
     }
 }
 
@@ -394,7 +389,7 @@ impl PluginCatalog for EngineProber {
             };
             Some(match runtime.reload().await {
                 Ok(report) => {
-                    crate::plugin_watch::log_reload(&report);
+                    vigil_plugin_host::plugin_watch::log_reload(&report);
                     Ok(reload_view(&report))
                 }
                 Err(error) => Err(error.to_string()),
@@ -412,7 +407,7 @@ fn plugin_view(status: PluginStatus) -> PluginView {
         world: current.as_ref().map(|p| p.world.to_owned()),
         self_name: current.as_ref().map(|p| p.self_name.clone()),
         version: current.as_ref().map(|p| p.version.clone()),
-        package: crate::runtime::SUPPORTED_CONTRACT.to_owned(),
+        package: vigil_plugin_host::SUPPORTED_CONTRACT.to_owned(),
         hash: current.as_ref().map(|p| p.hash.clone()),
         schemes: current
             .as_ref()
@@ -556,7 +551,7 @@ async fn run<P: Prober>(
         metrics: Some(Arc::new(metrics)),
         wake: handle.clone(),
         views: Arc::default(),
-        events: Arc::new(crate::api::EventFeed::new(
+        events: Arc::new(vigil_api::EventFeed::new(
             config.api.limits.max_event_streams,
         )),
     };
@@ -566,7 +561,7 @@ async fn run<P: Prober>(
         let stopped = async move {
             let _ = stop_rx.wait_for(|stop| *stop).await;
         };
-        crate::api::server::serve(listener, crate::api::app(state), limits, stopped).await;
+        vigil_api::server::serve(listener, vigil_api::app(state), limits, stopped).await;
     });
     info!(
         listen = %bound,
@@ -579,7 +574,7 @@ async fn run<P: Prober>(
     // Clusters known by now are the ones readiness waits for.
     readiness.started.store(wall_clock().0, Ordering::Release);
     readiness.discovered.store(true, Ordering::Release);
-    let retention = tokio::spawn(crate::retention::retention_loop(
+    let retention = tokio::spawn(vigil_engine::retention::retention_loop(
         store.clone(),
         config.history_retention_days,
         std::future::pending::<()>(),
@@ -589,7 +584,7 @@ async fn run<P: Prober>(
     let _watcher = match discovery::watch(&sources, DISCOVERY_DEBOUNCE, changed_tx) {
         Ok(watcher) => Some(watcher),
         Err(error) => {
-            warn!(error = %crate::worker::error_chain(&error), "kubeconfig sources are not watched; discovery runs at start-up only");
+            warn!(error = %error_chain(&error), "kubeconfig sources are not watched; discovery runs at start-up only");
             None
         }
     };
@@ -601,7 +596,7 @@ async fn run<P: Prober>(
             while changed_rx.recv().await.is_some() {
                 info!("kubeconfig sources changed; discovering again");
                 if let Err(error) = run_discovery(&store, &sources, &handle).await {
-                    warn!(error = %crate::worker::error_chain(&error), "discovery failed");
+                    warn!(error = %error_chain(&error), "discovery failed");
                 }
             }
         }
@@ -622,76 +617,6 @@ async fn run<P: Prober>(
     }
     store.close().await;
     Ok(stats)
-}
-
-/// Reads every kubeconfig source, upserts what it found, and logs what it
-/// found and why each cluster is or is not probeable.
-pub async fn run_discovery(
-    store: &Store,
-    sources: &Sources,
-    worker: &WorkerHandle,
-) -> Result<UpsertSummary, StoreError> {
-    let scan = {
-        let sources = sources.clone();
-        tokio::task::spawn_blocking(move || discovery::discover(&sources))
-    };
-    let report = match scan.await {
-        Ok(report) => report,
-        Err(error) => {
-            warn!(%error, "discovery task failed");
-            return Ok(UpsertSummary::default());
-        }
-    };
-    for error in &report.errors {
-        warn!(file = %error.file.display(), reason = %error.reason, "kubeconfig source skipped");
-    }
-    for clash in &report.clashes {
-        warn!(context = %clash.context, kept = %clash.kept_file.display(), ignored = %clash.ignored_file.display(), "context defined twice; the first file wins");
-    }
-    let rows: Vec<DiscoveredClusterRow> = report
-        .clusters
-        .iter()
-        .map(|c| DiscoveredClusterRow {
-            name: c.name.clone(),
-            endpoint: c.endpoint.clone(),
-            reference: c.reference.clone(),
-        })
-        .collect();
-    let summary = store.upsert_discovered(&rows, wall_clock()).await?;
-    info!(
-        found = report.clusters.len(),
-        inserted = summary.inserted.len(),
-        updated = summary.updated.len(),
-        unchanged = summary.unchanged.len(),
-        kept_manual = summary.kept_manual.len(),
-        ignored = summary.ignored.len(),
-        errors = report.errors.len(),
-        clashes = report.clashes.len(),
-        "discovery done"
-    );
-
-    let clusters = Arc::new(report.clusters);
-    let described = {
-        let clusters = Arc::clone(&clusters);
-        tokio::task::spawn_blocking(move || {
-            clusters
-                .iter()
-                .map(|c| match Reference::parse(&c.reference) {
-                    Ok(reference) => reference::resolve(&reference).describe(),
-                    Err(error) => format!("not probeable (reference-broken): {error}"),
-                })
-                .collect::<Vec<_>>()
-        })
-    };
-    if let Ok(described) = described.await {
-        for (cluster, why) in clusters.iter().zip(described) {
-            info!(cluster = %cluster.name, endpoint = %cluster.endpoint, source = %cluster.source_file.display(), "{why}");
-        }
-    }
-    if !summary.inserted.is_empty() || !summary.updated.is_empty() {
-        worker.wake();
-    }
-    Ok(summary)
 }
 
 #[cfg(test)]

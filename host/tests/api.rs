@@ -13,13 +13,14 @@ use axum::http::{HeaderMap, Method, Request, StatusCode, header};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
-use vigil::api::{
+use vigil_api::{
     Access, ApiState, BoxFuture, PluginCatalog, PluginView, ProbedByView, Readiness, ReloadView,
     app,
 };
-use vigil::metrics::Metrics;
-use vigil::worker::{Worker, WorkerSettings, wall_clock};
 use vigil_decision::{ClusterStatus, ProbeOutcome, Timestamp};
+use vigil_domain::probe::wall_clock;
+use vigil_engine::metrics::Metrics;
+use vigil_engine::worker::{Worker, WorkerSettings};
 use vigil_store::Store;
 
 #[path = "support/engine.rs"]
@@ -1596,7 +1597,7 @@ fn excluded_by(pattern: &str) -> impl Fn(char) -> bool {
 
 #[test]
 fn the_document_states_the_rules_the_handlers_check() {
-    let doc = serde_json::to_value(vigil::api::openapi()).unwrap();
+    let doc = serde_json::to_value(vigil_api::openapi()).unwrap();
     for (path, name) in [
         ("/api/v1/clusters", "limit"),
         ("/api/v1/clusters/{name}/history", "limit"),
@@ -1724,7 +1725,7 @@ async fn a_busy_database_answers_503_with_retry_after_not_500() {
     );
     assert_eq!(
         reply.headers[header::RETRY_AFTER],
-        vigil::api::problem::BUSY_RETRY_AFTER_SECONDS.to_string()
+        vigil_api::problem::BUSY_RETRY_AFTER_SECONDS.to_string()
     );
     assert_eq!(reply.body["type"], "https://vigil.dev/problems/unavailable");
     assert!(
@@ -1739,7 +1740,7 @@ async fn a_busy_database_answers_503_with_retry_after_not_500() {
     assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
 
     // The document says so on every route of the API.
-    let doc = serde_json::to_value(vigil::api::openapi()).unwrap();
+    let doc = serde_json::to_value(vigil_api::openapi()).unwrap();
     for (path, method) in [
         ("/api/v1/clusters", "post"),
         ("/api/v1/clusters/{name}", "get"),

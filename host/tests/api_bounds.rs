@@ -20,7 +20,7 @@ use axum::http::{Request, StatusCode, header};
 use http_body_util::BodyExt as _;
 use process::{Running, vigil};
 use tower::ServiceExt as _;
-use vigil::api::EventFeed;
+use vigil_api::EventFeed;
 use vigil_decision::Timestamp;
 
 fn events_request() -> Request<Body> {

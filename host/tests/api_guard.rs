@@ -18,11 +18,11 @@ use axum::http::{Method, Request, StatusCode, header};
 use http_body_util::BodyExt;
 use serde_json::Value;
 use tower::ServiceExt;
-use vigil::api::{
+use vigil_api::{
     Access, ApiState, BoxFuture, PluginCatalog, PluginView, PublicUrl, Readiness, ReloadView,
     TokensError, app,
 };
-use vigil::worker::Worker;
+use vigil_engine::worker::Worker;
 
 #[path = "support/process.rs"]
 mod process;
@@ -319,7 +319,7 @@ async fn tokens_configured_keep_anonymous_reads_open_to_any_host() {
 
 #[test]
 fn the_document_declares_the_guards_answers() {
-    let doc = serde_json::to_value(vigil::api::openapi()).unwrap();
+    let doc = serde_json::to_value(vigil_api::openapi()).unwrap();
     let mut checked = 0;
     for (path, item) in doc["paths"].as_object().unwrap() {
         for (method, operation) in item.as_object().unwrap() {

@@ -8,12 +8,12 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use vigil::reference::{self, Reference, Resolution};
-use vigil::runtime::{AuditOutcome, FindingSeverity, PluginRuntime, Refusal, RuntimeSettings};
-use vigil::worker::ProbeTarget;
 use vigil_decision::{ClusterId, ReasonClass};
+use vigil_domain::probe::ProbeTarget;
+use vigil_domain::reference::{self, Reference, Resolution};
 use vigil_drain_rules::codes;
 use vigil_fake_kube::{AccessPolicy, AddressPlan, Fixtures, Fleet, KubeconfigOptions};
+use vigil_plugin_host::{AuditOutcome, FindingSeverity, PluginRuntime, Refusal, RuntimeSettings};
 
 /// How long one audit may take (debug builds run wasm slowly).
 const BUDGET: Duration = Duration::from_secs(20);
@@ -551,10 +551,10 @@ async fn a_plugin_over_its_memory_cap_is_a_fault_not_a_crash() {
 /// and condition, and the status never touched.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drain_blocked_follows_the_fixtures_through_the_engine() {
-    use vigil::auditing::audit_cluster;
     use vigil::serve::EngineProber;
-    use vigil::worker::wall_clock;
     use vigil_decision::{ClusterStatus, ConditionType, ProbeOutcome};
+    use vigil_domain::probe::wall_clock;
+    use vigil_engine::auditing::audit_cluster;
     use vigil_store::{DiscoveredClusterRow, Store};
 
     let temp = tempfile::tempdir().expect("tempdir");
@@ -589,7 +589,7 @@ async fn drain_blocked_follows_the_fixtures_through_the_engine() {
     let name = targets[0].name.as_str();
     let id = store.cluster(name).await.expect("cluster").id;
     let now = wall_clock();
-    let apply = vigil::worker::WorkerSettings::new(
+    let apply = vigil_engine::worker::WorkerSettings::new(
         vigil_decision::HealthPolicy::default(),
         vigil_decision::BrakeConfig {
             enabled: false,

@@ -12,12 +12,10 @@ use std::time::Duration;
 use axum::body::Body;
 use http_body_util::BodyExt;
 use tower::ServiceExt;
-use vigil::auditing::{AuditSettings, Auditor, audit_loop};
-use vigil::worker::{ProbeTarget, wall_clock};
-use vigil_decision::{ClusterStatus, ConditionType, ProbeOutcome, Timestamp};
-use vigil_store::{
-    AuditResult, DiscoveredClusterRow, Finding, ObjectRef, ProbedBy, Severity, Store,
-};
+use vigil_decision::{ClusterStatus, ConditionType, ProbeOutcome, ProbedBy, Timestamp};
+use vigil_domain::probe::{ProbeTarget, wall_clock};
+use vigil_engine::auditing::{AuditSettings, Auditor, audit_loop};
+use vigil_store::{AuditResult, DiscoveredClusterRow, Finding, ObjectRef, Severity, Store};
 
 #[path = "support/engine.rs"]
 mod support;

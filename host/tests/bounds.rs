@@ -223,7 +223,7 @@ async fn a_flood_of_probe_now_calls_is_bounded_and_the_schedule_and_probation_ho
         .env("VIGIL_PLUGIN_PROBATION_MAX_INCONCLUSIVE", "0")
         .env(
             "RUST_LOG",
-            "info,vigil::runtime=debug,cranelift_codegen=info,wasmtime=info",
+            "info,vigil_plugin_host=debug,cranelift_codegen=info,wasmtime=info",
         );
     let mut vigil = Vigil::start(dir.path(), command).await;
     vigil.wait_online(&names).await;
@@ -551,13 +551,13 @@ async fn a_failing_schedule_read_is_retried_and_the_worker_keeps_running() {
                 "https://127.0.0.1",
                 &reference,
                 &PolicyOverrides::default(),
-                vigil::worker::wall_clock(),
+                vigil_domain::probe::wall_clock(),
             )
             .await
             .unwrap();
     }
     let prober = ScriptedProber::new(Behaviour::healthy());
-    let worker = vigil::worker::Worker::new(store.clone(), prober.clone(), settings(1, 2));
+    let worker = vigil_engine::worker::Worker::new(store.clone(), prober.clone(), settings(1, 2));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(worker.run(async move {
         let _ = stopped.await;

@@ -7,8 +7,8 @@ mod support;
 use std::time::Duration;
 
 use support::{Behaviour, Running, Sandbox, ScriptedProber, settings, wait_until};
-use vigil::worker::WorkerSettings;
 use vigil_decision::{AppStatus, BrakeVerdict, ClusterStatus, PolicyOverrides};
+use vigil_engine::worker::WorkerSettings;
 use vigil_store::Store;
 
 const FLEET: [&str; 5] = ["b0", "b1", "b2", "b3", "b4"];
@@ -18,7 +18,7 @@ async fn fleet(sandbox: &Sandbox) -> Store {
     let store = sandbox.store().await;
     for (i, name) in FLEET.iter().enumerate() {
         let reference = sandbox.kubeconfig(name, 41_000 + i as u16);
-        let now = vigil::worker::wall_clock();
+        let now = vigil_domain::probe::wall_clock();
         store
             .register_cluster(
                 name,

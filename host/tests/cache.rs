@@ -9,11 +9,11 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use vigil::reference::{self, Reference, Resolution};
-use vigil::runtime::{CacheStatus, PluginRuntime, RuntimeSettings};
-use vigil::worker::{ProbeTarget, Prober};
 use vigil_decision::{ClusterId, ProbeOutcome};
+use vigil_domain::probe::{ProbeTarget, Prober};
+use vigil_domain::reference::{self, Reference, Resolution};
 use vigil_fake_kube::{AddressPlan, Fleet, KubeconfigOptions, WrittenKubeconfig};
+use vigil_plugin_host::{CacheStatus, PluginRuntime, RuntimeSettings};
 
 /// The workspace root.
 fn root() -> PathBuf {

@@ -8,8 +8,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use vigil::worker::wall_clock;
 use vigil_decision::PolicyOverrides;
+use vigil_domain::probe::wall_clock;
 use vigil_fake_kube::{AddressPlan, Fleet, KubeconfigOptions};
 use vigil_store::Store;
 

@@ -7,7 +7,7 @@
 //! file is covered without touching this test) and for every context either reader finds in
 //! it — plus the file's `current-context` and a context no file defines — both readers run:
 //!
-//! - the host: [`vigil::reference::resolve`], with its real I/O;
+//! - the host: [`vigil_domain::reference::resolve`], with its real I/O;
 //! - the guest: what the kubeconfig-file plugin does, with the SDK's own code —
 //!   [`select`] on the kubeconfig's bytes, then [`ApiServer::connect_with`] reading the files
 //!   the selection names. The test double is the host call itself (`credentials.kubeconfig`
@@ -26,10 +26,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
-use vigil::reference::{Material, Reference, Resolution, resolve};
-use vigil::runtime::{PluginRuntime, RuntimeSettings};
-use vigil::worker::{ProbeTarget, Prober};
 use vigil_decision::{ClusterId, ProbeOutcome};
+use vigil_domain::probe::{ProbeTarget, Prober};
+use vigil_domain::reference::{Material, Reference, Resolution, resolve};
+use vigil_plugin_host::{PluginRuntime, RuntimeSettings};
 use vigil_plugin_sdk::apiserver::ApiServer;
 use vigil_plugin_sdk::credentials::CredentialsError;
 use vigil_plugin_sdk::kubeconfig::{self, Kubeconfig, Selection, select};

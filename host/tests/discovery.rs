@@ -13,10 +13,10 @@ use std::sync::mpsc as std_mpsc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
-use vigil::discovery::{
+use vigil_domain::discovery::{
     DiscoveryReport, DiscoverySettings, SourceFile, SourceProblem, Sources, discover, watch,
 };
-use vigil::reference::{Material, Reference, Resolution, resolve};
+use vigil_domain::reference::{Material, Reference, Resolution, resolve};
 
 /// How long a test waits for something that should happen within milliseconds.
 const DEADLINE: Duration = Duration::from_secs(10);

@@ -17,12 +17,12 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
-use vigil::reference::Reference;
-use vigil::runtime::{
+use vigil_decision::{ClusterId, ProbeOutcome, ReasonClass};
+use vigil_domain::probe::{ProbeTarget, Prober};
+use vigil_domain::reference::Reference;
+use vigil_plugin_host::{
     MAX_BUFFERED_BYTES_PER_CALL, MAX_WASI_HTTP_IN_FLIGHT, PluginRuntime, RuntimeSettings,
 };
-use vigil::worker::{ProbeTarget, Prober};
-use vigil_decision::{ClusterId, ProbeOutcome, ReasonClass};
 
 /// How many requests of each kind the plugin fires.
 const COUNT: usize = 64;

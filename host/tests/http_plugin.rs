@@ -17,12 +17,13 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tower::ServiceExt;
-use vigil::api::{Access, ApiState, PluginCatalog, PluginView, Readiness, app};
-use vigil::reference::Reference;
-use vigil::runtime::{PluginRuntime, RuntimeSettings};
-use vigil::worker::{ProbeTarget, Prober, Worker};
+use vigil_api::{Access, ApiState, PluginCatalog, PluginView, Readiness, app};
 use vigil_decision::{ClusterId, ProbeOutcome, ReasonClass};
+use vigil_domain::probe::{ProbeTarget, Prober};
+use vigil_domain::reference::Reference;
+use vigil_engine::worker::Worker;
 use vigil_fake_kube::tls::{CertificateAuthority, provider};
+use vigil_plugin_host::{PluginRuntime, RuntimeSettings};
 use vigil_store::Store;
 
 #[path = "support/engine.rs"]
@@ -562,7 +563,7 @@ impl PluginCatalog for NoCatalog {
         Vec::new()
     }
 
-    fn reload(&self) -> vigil::api::BoxFuture<'_, Option<Result<vigil::api::ReloadView, String>>> {
+    fn reload(&self) -> vigil_api::BoxFuture<'_, Option<Result<vigil_api::ReloadView, String>>> {
         Box::pin(async { None })
     }
 }

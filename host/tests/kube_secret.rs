@@ -14,14 +14,14 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use vigil::reference::{self, Reference, Resolution};
-use vigil::runtime::{PluginRuntime, RuntimeSettings};
-use vigil::secrets::{self, ManagementCluster, SecretSource};
-use vigil::worker::{ProbeTarget, Prober};
 use vigil_decision::{ClusterId, ProbeOutcome, ReasonClass};
+use vigil_domain::probe::{ProbeTarget, Prober};
+use vigil_domain::reference::{self, Reference, Resolution};
+use vigil_domain::secrets::{self, ManagementCluster, SecretSource};
 use vigil_fake_kube::{
     AddressPlan, AuthUsed, ClusterHandle, Fixtures, Fleet, KubeconfigOptions, KubeconfigShape, User,
 };
+use vigil_plugin_host::{PluginRuntime, RuntimeSettings};
 
 #[path = "support/plugins.rs"]
 mod plugins;

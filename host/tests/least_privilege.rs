@@ -19,10 +19,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use support::{Sandbox, settings};
-use vigil::reference::{self, PathRefused, Reference, Resolution};
-use vigil::runtime::{FailureStage, PluginRuntime, Refusal, RuntimeSettings};
-use vigil::worker::{NoPlugins, ProbeTarget, Prober, probe_once, wall_clock};
 use vigil_decision::{ClusterId, PolicyOverrides, ProbeOutcome, ReasonClass};
+use vigil_domain::probe::{NoPlugins, ProbeTarget, Prober, wall_clock};
+use vigil_domain::reference::{self, PathRefused, Reference, Resolution};
+use vigil_engine::worker::probe_once;
+use vigil_plugin_host::{FailureStage, PluginRuntime, Refusal, RuntimeSettings};
 
 /// A kubeconfig whose only context `c` talks to `server` with the token in the file
 /// `token` beside it.
@@ -277,7 +278,7 @@ fn plugin_settings(plugin_dir: &Path) -> RuntimeSettings {
 /// the plugin API shows it.
 fn untrusted_reason(
     runtime: &PluginRuntime,
-    refused: &[vigil::runtime::RefusedPlugin],
+    refused: &[vigil_plugin_host::RefusedPlugin],
     name: &str,
 ) -> String {
     let refusal = refused

@@ -12,12 +12,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use support::{Sandbox, ScriptedProber, refused, settings, wait_until};
-use vigil::metrics::{CONTENT_TYPE, Metrics};
-use vigil::worker::{ProbeTarget, Prober, Worker, probe_now_recorded, wall_clock};
 use vigil_decision::{
     AppStatus, BrakeConfig, ClusterId, ClusterStatus, HealthPolicy, PolicyOverrides, ProbeOutcome,
     ReasonClass, Timestamp,
 };
+use vigil_domain::probe::{ProbeTarget, Prober, wall_clock};
+use vigil_engine::metrics::{CONTENT_TYPE, Metrics};
+use vigil_engine::worker::{Worker, probe_now_recorded};
 use vigil_store::{ApplySettings, Store};
 
 /// Answers each cluster's probes from a script, then hangs: once a script is

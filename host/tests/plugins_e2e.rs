@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD};
-use vigil::worker::wall_clock;
 use vigil_decision::{AppStatus, ClusterStatus, ConditionType};
+use vigil_domain::probe::wall_clock;
 use vigil_fake_kube::kubeconfig::write_kubeconfigs;
 use vigil_fake_kube::{
     AddressPlan, CaRotation, ClusterHandle, Fleet, HangPoint, KubeconfigOptions, KubeconfigShape,

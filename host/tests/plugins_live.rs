@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use vigil::client::ApiClient;
-use vigil::worker::wall_clock;
 use vigil_decision::{AppStatus, ClusterStatus, ConditionType};
+use vigil_domain::probe::wall_clock;
 use vigil_fake_kube::{AddressPlan, Fixtures, Fleet, KubeconfigOptions, KubeconfigShape};
 use vigil_store::{ClusterRecord, Store};
 

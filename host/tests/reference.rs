@@ -12,12 +12,12 @@ use std::sync::mpsc as std_mpsc;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use vigil::discovery::{Sources, discover};
-use vigil::reference::{
+use vigil_decision::ReasonClass;
+use vigil_domain::discovery::{Sources, discover};
+use vigil_domain::reference::{
     ConnectionMaterial, DEFAULT_SECRET_KEY, Material, Reference, ReferenceError, Resolution,
     SecretBytes, resolve,
 };
-use vigil_decision::ReasonClass;
 
 #[path = "support/corpus.rs"]
 mod support;

@@ -10,14 +10,15 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tokio::sync::broadcast::Receiver;
-use vigil::reference::{self, Reference, Resolution};
-use vigil::runtime::{
+use vigil_decision::ProbedBy;
+use vigil_decision::{ClusterId, ProbeOutcome, ReasonClass};
+use vigil_domain::probe::{ProbeTarget, Probed, Prober};
+use vigil_domain::reference::{self, Reference, Resolution};
+use vigil_fake_kube::{AddressPlan, Fleet, KubeconfigOptions, WrittenKubeconfig};
+use vigil_plugin_host::{
     CacheStatus, FailureStage, PluginEvent, PluginRuntime, PluginState, PluginStatus,
     ProbationPolicy, Refusal, RuntimeSettings,
 };
-use vigil::worker::{ProbeTarget, Probed, ProbedBy, Prober};
-use vigil_decision::{ClusterId, ProbeOutcome, ReasonClass};
-use vigil_fake_kube::{AddressPlan, Fleet, KubeconfigOptions, WrittenKubeconfig};
 
 #[path = "support/plugins.rs"]
 mod plugins;

@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 #[path = "support/process.rs"]
 mod process;
 
-use vigil::retention::{retention_cutoff, retention_loop};
-use vigil::worker::wall_clock;
 use vigil_decision::{AppStatus, PolicyOverrides, Timestamp};
+use vigil_domain::probe::wall_clock;
+use vigil_engine::retention::{retention_cutoff, retention_loop};
 use vigil_store::{PRUNE_BATCH, PrunedHistory, Store};
 
 const DAY: i64 = 86_400;

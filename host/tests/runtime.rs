@@ -13,14 +13,14 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
-use vigil::reference::{self, Reference, Resolution};
-use vigil::runtime::{
-    CacheStatus, LoadReport, PluginRuntime, Refusal, RuntimeSettings, TICKER_LINGER,
-};
-use vigil::worker::{ProbeTarget, Prober};
 use vigil_decision::{ClusterId, ProbeOutcome, ReasonClass};
+use vigil_domain::probe::{ProbeTarget, Prober};
+use vigil_domain::reference::{self, Reference, Resolution};
 use vigil_fake_kube::{
     AddressPlan, AuthUsed, Fleet, HangPoint, KubeconfigOptions, WrittenKubeconfig,
+};
+use vigil_plugin_host::{
+    CacheStatus, LoadReport, PluginRuntime, Refusal, RuntimeSettings, TICKER_LINGER,
 };
 
 /// The workspace root.

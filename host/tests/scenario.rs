@@ -7,11 +7,11 @@
 mod support;
 
 use support::{Behaviour, Sandbox, ScriptedProber, refused, settings};
-use vigil::worker::probe_now;
 use vigil_decision::{
     AppStatus, BrakeConfig, ClusterId, ClusterStatus, ConditionType, HealthPolicy, PolicyOverrides,
     ProbeOutcome, Timestamp,
 };
+use vigil_engine::worker::probe_now;
 use vigil_store::{ApplySettings, Store, StoreError};
 
 const T0: i64 = 1_800_000_000;

@@ -19,10 +19,11 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tower::ServiceExt;
-use vigil::address_rule::AddressRule;
-use vigil::api::{Access, ApiState, Readiness, app};
-use vigil::runtime::{PluginRuntime, RuntimeSettings};
-use vigil::worker::{Prober, Worker, wall_clock};
+use vigil_api::{Access, ApiState, Readiness, app};
+use vigil_domain::address_rule::AddressRule;
+use vigil_domain::probe::{Prober, wall_clock};
+use vigil_engine::worker::Worker;
+use vigil_plugin_host::{PluginRuntime, RuntimeSettings};
 use vigil_store::{NewCluster, Store};
 
 #[path = "support/plugins.rs"]
@@ -412,11 +413,11 @@ async fn a_name_resolving_outside_the_rule_is_not_connected_to_and_not_the_clust
 
     // An address literal outside the rule is refused the same way.
     let literal = http_runtime(&temp.path().join("literal"), "127.0.0.2/32").await;
-    let mut target = vigil::worker::ProbeTarget {
+    let mut target = vigil_domain::probe::ProbeTarget {
         cluster: record.id,
         name: "web".to_owned(),
         endpoint: format!("http://127.0.0.1:{}", server.port),
-        reference: vigil::reference::Reference::parse(&format!(
+        reference: vigil_domain::reference::Reference::parse(&format!(
             "http://127.0.0.1:{}/",
             server.port
         ))
@@ -476,11 +477,12 @@ async fn a_credential_sent_through_wasi_http_goes_only_where_it_is_bound() {
     };
     let grants = "log = true\ncredentials = true\nhttp = true\n";
     let endpoint = format!("http://127.0.0.1:{}", server.port);
-    let target = vigil::worker::ProbeTarget {
+    let target = vigil_domain::probe::ProbeTarget {
         cluster: vigil_decision::ClusterId(1),
         name: "web".to_owned(),
         endpoint: endpoint.clone(),
-        reference: vigil::reference::Reference::parse(&format!("{endpoint}/")).expect("reference"),
+        reference: vigil_domain::reference::Reference::parse(&format!("{endpoint}/"))
+            .expect("reference"),
         connection: None,
         plugin: Some("wasi-http".to_owned()),
         timeout: Duration::from_secs(5),

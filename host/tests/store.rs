@@ -1,11 +1,11 @@
 //! The store on a temporary SQLite file: migrations, discovery upserts,
 //! persistence of everything the rules need (docs/rules.md#persistence), and the database lock.
 
-use vigil::lock::{DatabaseLock, LockError};
 use vigil_decision::{
     AppStatus, BrakeConfig, ClusterId, ClusterStatus, HealthPolicy, PolicyOverrides, ProbeOutcome,
     ReasonClass, Timestamp,
 };
+use vigil_store::lock::{DatabaseLock, LockError};
 use vigil_store::{
     ApplySettings, ClusterSource, DiscoveredClusterRow, Store, redact_url, sqlite_path,
 };

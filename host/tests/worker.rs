@@ -6,8 +6,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::{Behaviour, Running, Sandbox, ScriptedProber, refused, settings, wait_until};
-use vigil::worker::probe_now;
 use vigil_decision::{AppStatus, ClusterStatus, PolicyOverrides, Timestamp};
+use vigil_engine::worker::probe_now;
 use vigil_store::Store;
 
 async fn register(sandbox: &Sandbox, store: &Store, names: &[String]) {
@@ -27,7 +27,7 @@ async fn register(sandbox: &Sandbox, store: &Store, names: &[String]) {
 }
 
 fn now() -> Timestamp {
-    vigil::worker::wall_clock()
+    vigil_domain::probe::wall_clock()
 }
 
 fn names(prefix: &str, n: usize) -> Vec<String> {
@@ -417,11 +417,14 @@ async fn a_stop_during_a_tick_leaves_each_cluster_fully_updated_or_untouched() {
 /// A prober that keeps the targets it is handed.
 #[derive(Debug, Clone, Default)]
 struct CapturingProber {
-    targets: std::sync::Arc<std::sync::Mutex<Vec<vigil::worker::ProbeTarget>>>,
+    targets: std::sync::Arc<std::sync::Mutex<Vec<vigil_domain::probe::ProbeTarget>>>,
 }
 
-impl vigil::worker::Prober for CapturingProber {
-    async fn probe(&self, target: &vigil::worker::ProbeTarget) -> vigil_decision::ProbeOutcome {
+impl vigil_domain::probe::Prober for CapturingProber {
+    async fn probe(
+        &self,
+        target: &vigil_domain::probe::ProbeTarget,
+    ) -> vigil_decision::ProbeOutcome {
         self.targets.lock().unwrap().push(target.clone());
         vigil_decision::ProbeOutcome::Healthy
     }

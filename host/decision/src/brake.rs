@@ -29,6 +29,37 @@ pub struct BrakeConfig {
     pub window_millis: i64,
 }
 
+impl BrakeConfig {
+    /// This configuration for a fleet whose largest probe interval is
+    /// `largest_interval_millis`: the window widened to cover at least one interval of
+    /// every cluster, so that a slowly probed cluster's latest outcome is still in it.
+    /// A window the operator set explicitly is kept as it is instead.
+    #[must_use]
+    pub fn for_fleet(self, largest_interval_millis: i64) -> Self {
+        Self {
+            window_millis: self.window_millis.max(largest_interval_millis),
+            ..self
+        }
+    }
+}
+
+/// Whether one probe's outcome can change the brake's verdict, so that the fleet's latest
+/// outcomes must be assessed again: only a failure can engage a released brake, and a
+/// holding brake is released only by a conclusive outcome or by being switched off.
+/// Every other probe keeps the verdict without a fleet scan.
+pub fn needs_assessment(
+    before: BrakeVerdict,
+    failed: bool,
+    conclusive: bool,
+    config: &BrakeConfig,
+) -> bool {
+    if before.holds() {
+        conclusive || !config.enabled
+    } else {
+        failed
+    }
+}
+
 /// The latest conclusive outcome of one cluster, as the brake sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FleetSample<K> {

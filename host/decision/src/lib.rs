@@ -20,7 +20,7 @@ mod time;
 mod transition;
 
 pub use brake::{BrakeConfig, BrakeVerdict};
-pub use outcome::{ProbeOutcome, ReasonClass, UnknownReasonClass};
+pub use outcome::{ProbeOutcome, ProbedBy, ReasonClass, UnknownReasonClass};
 pub use policy::{HealthPolicy, PolicyOverrides};
 pub use status::{
     AppId, AppStatus, AppView, ClusterHealth, ClusterId, ClusterStatus, Condition, ConditionType,
@@ -28,6 +28,6 @@ pub use status::{
 };
 pub use time::Timestamp;
 pub use transition::{
-    Cascade, Decision, HealthEvent, NotCounted, PROBE_STALE_AFTER, ProbeInput, decide,
-    set_drain_blocked, set_probing_disabled,
+    Cascade, Decision, HealthEvent, NotCounted, PROBE_STALE_AFTER, ProbeInput, counts_as_failure,
+    decide, set_drain_blocked, set_probing_disabled,
 };

@@ -190,3 +190,12 @@ impl ProbeOutcome {
         )
     }
 }
+
+/// The plugin, and the generation of it, that produced an outcome.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ProbedBy {
+    /// The plugin's name.
+    pub plugin: String,
+    /// Its generation (each replacement of the plugin is a new one).
+    pub generation: u64,
+}

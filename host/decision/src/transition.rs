@@ -130,6 +130,19 @@ pub struct Decision {
     pub events: Vec<HealthEvent>,
 }
 
+/// Whether `outcome` counts as a failure of the cluster under `policy`: an unhealthy
+/// outcome always does, a rejection of vigil's credentials only when the policy says
+/// `count_auth_failures`, nothing else ever (see docs/rules.md#outcomes).
+pub fn counts_as_failure(outcome: &ProbeOutcome, policy: &HealthPolicy) -> bool {
+    match outcome {
+        ProbeOutcome::Unhealthy { .. } => true,
+        ProbeOutcome::CredentialsRejected { .. } => policy.count_auth_failures,
+        ProbeOutcome::Healthy
+        | ProbeOutcome::NotProbeable { .. }
+        | ProbeOutcome::Inconclusive { .. } => false,
+    }
+}
+
 /// Applies one probe outcome to a cluster's health: the thresholds, the brake as an
 /// input, the outage markers, the start period and the conditions (docs/rules.md).
 ///

@@ -313,3 +313,61 @@ fn parse_previous(text: &str) -> Result<BTreeMap<String, BrakeVerdict>, String> 
     }
     Ok(previous)
 }
+
+/// Which probes make the store assess the fleet again: a failure while released, a
+/// conclusive outcome or a switched-off brake while holding — nothing else.
+#[test]
+fn only_an_outcome_that_can_change_the_verdict_asks_for_an_assessment() {
+    let on = BrakeConfig {
+        enabled: true,
+        ratio: 1.0,
+        min_failed: 3,
+        window_millis: 300_000,
+    };
+    let off = BrakeConfig {
+        enabled: false,
+        ..on
+    };
+    let released = BrakeVerdict::NEVER_ENGAGED;
+    let holding = BrakeVerdict::Holding {
+        since: Timestamp(1),
+    };
+    // (before, failed, conclusive, config) => assess
+    let cases = [
+        (released, true, true, on, true),
+        (released, false, true, on, false),
+        (released, false, false, on, false),
+        (released, true, true, off, true),
+        (holding, false, true, on, true),
+        (holding, true, true, on, true),
+        (holding, false, false, on, false),
+        (holding, false, false, off, true),
+    ];
+    for (before, failed, conclusive, config, expected) in cases {
+        assert_eq!(
+            brake::needs_assessment(before, failed, conclusive, &config),
+            expected,
+            "before {before:?}, failed {failed}, conclusive {conclusive}, enabled {}",
+            config.enabled
+        );
+    }
+}
+
+/// The window covers at least one interval of every cluster of the fleet.
+#[test]
+fn the_fleet_window_is_at_least_the_largest_interval() {
+    let config = BrakeConfig {
+        enabled: true,
+        ratio: 1.0,
+        min_failed: 3,
+        window_millis: 300_000,
+    };
+    assert_eq!(config.for_fleet(0).window_millis, 300_000);
+    assert_eq!(config.for_fleet(120_000).window_millis, 300_000);
+    assert_eq!(config.for_fleet(900_000).window_millis, 900_000);
+    assert_eq!(
+        config.for_fleet(900_000).min_failed,
+        3,
+        "only the window changes"
+    );
+}

@@ -33,7 +33,7 @@ use std::fmt::Write as _;
 use vigil_decision::{
     AppId, AppStatus, AppView, BrakeVerdict, Cascade, ClusterHealth, ClusterId, ClusterStatus,
     Condition, ConditionType, Decision, HealthEvent, HealthPolicy, NotCounted, OutageId,
-    ProbeInput, ProbeOutcome, ReasonClass, Timestamp, decide, set_drain_blocked,
+    ProbeInput, ProbeOutcome, ReasonClass, Timestamp, counts_as_failure, decide, set_drain_blocked,
     set_probing_disabled,
 };
 
@@ -184,6 +184,47 @@ fn credentials_rejected() {
         ONLINE                          | auth ft=1 | creds | 1000 | hold@900 => ONLINE credentials-rejected:unauthorized@1000 | - | +credentials-rejected nc(brake)
         ",
     );
+}
+
+/// What counts as a failure is one rule, the one `decide` applies: the store and the
+/// brake ask [`counts_as_failure`] rather than deciding it again.
+#[test]
+fn what_counts_as_a_failure() {
+    let plain = HealthPolicy::default();
+    let auth = HealthPolicy {
+        count_auth_failures: true,
+        ..plain
+    };
+    let unhealthy = ProbeOutcome::Unhealthy {
+        class: ReasonClass::Refused,
+        message: String::new(),
+    };
+    let creds = ProbeOutcome::CredentialsRejected {
+        message: String::new(),
+    };
+    let not_probeable = ProbeOutcome::NotProbeable {
+        class: ReasonClass::NoPlugin,
+        message: String::new(),
+    };
+    let inconclusive = ProbeOutcome::Inconclusive {
+        class: ReasonClass::PluginFault,
+        message: String::new(),
+    };
+    for (outcome, policy, expected) in [
+        (&ProbeOutcome::Healthy, &plain, false),
+        (&unhealthy, &plain, true),
+        (&creds, &plain, false),
+        (&creds, &auth, true),
+        (&not_probeable, &auth, false),
+        (&inconclusive, &auth, false),
+    ] {
+        assert_eq!(
+            counts_as_failure(outcome, policy),
+            expected,
+            "{outcome:?} with count_auth_failures={}",
+            policy.count_auth_failures
+        );
+    }
 }
 
 #[test]

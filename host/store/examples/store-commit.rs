@@ -10,6 +10,8 @@
 //!
 //! `--dir` must be on the disk the database would live on: a tmpfs syncs for free.
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 

@@ -5,11 +5,13 @@
 //! ([`Store::apply_probe`]), so one cluster's failure rolls back that cluster
 //! only, and a process stopped mid-tick leaves every cluster either fully
 //! updated or untouched. Everything the rules need is persisted
-//! (docs/rules.md#persistence).
+//! (docs/rules.md#persistence). The lock file of [`lock`] keeps one engine per
+//! database file.
 
 #![forbid(unsafe_code)]
 
 mod audits;
+pub mod lock;
 mod operator;
 
 pub use self::audits::{
@@ -30,7 +32,8 @@ use vigil_decision::brake::{self, BrakeAssessment, FleetSample};
 use vigil_decision::{
     AppId, AppStatus, AppView, BrakeConfig, BrakeVerdict, Cascade, ClusterHealth, ClusterId,
     ClusterStatus, Condition, Decision, HealthEvent, HealthPolicy, NotCounted, OutageId,
-    PolicyOverrides, ProbeInput, ProbeOutcome, Timestamp, decide, set_probing_disabled,
+    PolicyOverrides, ProbeInput, ProbeOutcome, ProbedBy, Timestamp, counts_as_failure, decide,
+    set_probing_disabled,
 };
 
 /// The one brake group of the fleet (the brake function takes a grouping key so
@@ -290,15 +293,6 @@ pub struct ClusterRecord {
     pub last_reason_class: Option<String>,
     /// The plugin generation that produced the last outcome, if a plugin answered.
     pub last_probed_by: Option<ProbedBy>,
-}
-
-/// The plugin, and the generation of it, that produced an outcome.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ProbedBy {
-    /// The plugin's name.
-    pub plugin: String,
-    /// Its generation (each replacement of the plugin is a new one).
-    pub generation: u64,
 }
 
 #[derive(FromRow)]
@@ -1119,25 +1113,22 @@ impl Store {
             return Ok(None);
         }
         let policy = settings.defaults.with_overrides(&record.policy);
-        let failed = match outcome {
-            ProbeOutcome::Unhealthy { .. } => true,
-            ProbeOutcome::CredentialsRejected { .. } => policy.count_auth_failures,
-            _ => false,
-        };
+        let failed = counts_as_failure(outcome, &policy);
 
         let brake_before = brake_state_in_tx(&mut tx).await?.verdict;
-        // Only a failure can engage the brake, and only a conclusive outcome can
-        // release it: skip the fleet scan for every other probe.
-        let assessment = if (failed && !brake_before.holds())
-            || (brake_before.holds() && outcome.is_conclusive())
-            || (brake_before.holds() && !settings.brake.enabled)
-        {
-            let mut config = settings.brake;
-            if !settings.brake_window_explicit {
-                config.window_millis = config
-                    .window_millis
-                    .max(largest_interval_millis(&mut tx).await?);
-            }
+        let assessment = if brake::needs_assessment(
+            brake_before,
+            failed,
+            outcome.is_conclusive(),
+            &settings.brake,
+        ) {
+            let config = if settings.brake_window_explicit {
+                settings.brake
+            } else {
+                settings
+                    .brake
+                    .for_fleet(largest_interval_millis(&mut tx).await?)
+            };
             Some(evaluate_brake(&mut tx, cluster, failed, now, &config, brake_before).await?)
         } else {
             None

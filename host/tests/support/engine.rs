@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use vigil::worker::{ProbeTarget, Prober, Worker, WorkerSettings, WorkerStats};
 use vigil_decision::{BrakeConfig, HealthPolicy, ProbeOutcome, ReasonClass};
+use vigil_domain::probe::{ProbeTarget, Prober};
+use vigil_engine::worker::{Worker, WorkerSettings, WorkerStats};
 use vigil_store::Store;
 
 /// What the scripted prober does for one cluster.
@@ -245,12 +246,12 @@ where
 /// A plugin catalog with no plugin.
 pub struct NoCatalog;
 
-impl vigil::api::PluginCatalog for NoCatalog {
-    fn plugins(&self) -> Vec<vigil::api::PluginView> {
+impl vigil_api::PluginCatalog for NoCatalog {
+    fn plugins(&self) -> Vec<vigil_api::PluginView> {
         Vec::new()
     }
 
-    fn reload(&self) -> vigil::api::BoxFuture<'_, Option<Result<vigil::api::ReloadView, String>>> {
+    fn reload(&self) -> vigil_api::BoxFuture<'_, Option<Result<vigil_api::ReloadView, String>>> {
         Box::pin(async { None })
     }
 }
@@ -261,21 +262,21 @@ pub fn router(store: Store) -> axum::Router {
 }
 
 /// [`router`] with its event streams sharing `events`.
-pub fn router_with_events(store: Store, events: Arc<vigil::api::EventFeed>) -> axum::Router {
+pub fn router_with_events(store: Store, events: Arc<vigil_api::EventFeed>) -> axum::Router {
     let settings = settings(60, 2);
     let worker = Worker::new(
         store.clone(),
         ScriptedProber::new(Behaviour::healthy()),
         settings,
     );
-    vigil::api::app(vigil::api::ApiState {
+    vigil_api::app(vigil_api::ApiState {
         store,
         prober: Arc::new(worker.on_demand()),
         plugins: Arc::new(NoCatalog),
-        access: vigil::api::Access::new(None, None, false).unwrap(),
+        access: vigil_api::Access::new(None, None, false).unwrap(),
         credential_roots: Vec::new().into(),
         defaults: settings.defaults,
-        readiness: Arc::new(vigil::api::Readiness::default()),
+        readiness: Arc::new(vigil_api::Readiness::default()),
         metrics: None,
         wake: worker.handle(),
         views: Arc::default(),

@@ -5,6 +5,8 @@
 //! It drives the engine in the end-to-end tests, and is the native baseline of
 //! the plugin benchmarks: a Wasm plugin probe is compared with this one.
 
+#![forbid(unsafe_code)]
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,16 +17,16 @@ use hyper_util::rt::TokioIo;
 use rustls::ClientConfig;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
-use vigil::reference::{ConnectionMaterial, Material};
-use vigil::tls::{self, TlsClients, Trust};
-use vigil::worker::{ProbeTarget, Prober};
 use vigil_decision::{ProbeOutcome, ReasonClass};
+use vigil_domain::probe::{ProbeTarget, Prober};
+use vigil_domain::reference::{ConnectionMaterial, Material};
+use vigil_domain::tls::{self, TlsClients, Trust};
 
 /// The request every probe makes.
 pub const PROBE_PATH: &str = "/api/v1/namespaces?limit=1";
 
 /// Probes Kubernetes API servers natively, from the host-resolved kubeconfig, with the
-/// same TLS client configurations as vigil's plugin runtime ([`vigil::tls`]).
+/// same TLS client configurations as vigil's plugin runtime ([`vigil_domain::tls`]).
 #[derive(Debug, Clone, Default)]
 pub struct NativeProber {
     tls: TlsClients,

@@ -7,10 +7,11 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
-use vigil::discovery::{self, Sources};
-use vigil::worker::{Worker, WorkerSettings, WorkerStats, wall_clock};
 use vigil_decision::{AppStatus, BrakeConfig, ClusterStatus, HealthPolicy};
+use vigil_domain::discovery::{self, Sources};
+use vigil_domain::probe::wall_clock;
 use vigil_e2e::NativeProber;
+use vigil_engine::worker::{Worker, WorkerSettings, WorkerStats};
 use vigil_fake_kube::{AddressPlan, Fleet, HangPoint, KubeconfigOptions, ShapePlan};
 use vigil_store::{DiscoveredClusterRow, Store};
 

@@ -26,6 +26,8 @@
 //! [`control`] the binary's HTTP control API; [`client`] a small HTTPS probe client for tests; [`resources`] what a cluster answers (pure, no
 //! I/O).
 
+#![forbid(unsafe_code)]
+
 pub mod auth;
 pub mod client;
 pub mod control;

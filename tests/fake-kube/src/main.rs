@@ -1,6 +1,8 @@
 //! `fake-kube`: serves many fake Kubernetes clusters on loopback, writes their kubeconfigs
 //! and exposes the fault controls over a JSON HTTP API. See the crate's README.
 
+#![forbid(unsafe_code)]
+
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -9,6 +9,8 @@
 //! target/release/fake-kube-load --clusters 10000 --seconds 20 --concurrency 32
 //! ```
 
+#![forbid(unsafe_code)]
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -16,9 +18,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use vigil::discovery::{Sources, discover};
-use vigil::reference::{ConnectionMaterial, Reference, Resolution, resolve};
 use vigil_decision::ProbeOutcome;
+use vigil_domain::discovery::{Sources, discover};
+use vigil_domain::reference::{ConnectionMaterial, Reference, Resolution, resolve};
 use vigil_e2e::NativeProber;
 
 struct Options {

@@ -37,18 +37,20 @@
 //! target/release/plugin-overhead
 //! ```
 
+#![forbid(unsafe_code)]
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use vigil::discovery::{Sources, discover};
-use vigil::reference::{Reference, Resolution, resolve};
-use vigil::runtime::{CacheStatus, PluginRuntime, RuntimeSettings, TICKER_LINGER};
-use vigil::worker::{ProbeTarget, Prober};
 use vigil_decision::{ClusterId, ProbeOutcome};
+use vigil_domain::discovery::{Sources, discover};
+use vigil_domain::probe::{ProbeTarget, Prober};
+use vigil_domain::reference::{Reference, Resolution, resolve};
 use vigil_e2e::NativeProber;
+use vigil_plugin_host::{CacheStatus, PluginRuntime, RuntimeSettings, TICKER_LINGER};
 
 /// The allocator of the `vigil` binary, so that the runtime is measured as vigil runs it.
 #[global_allocator]

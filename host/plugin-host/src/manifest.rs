@@ -6,7 +6,7 @@ use std::path::{Component, Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::reference::Reference;
+use vigil_domain::reference::Reference;
 
 /// The memory cap of a plugin whose `NAME.toml` does not set `memory-mib`.
 pub const DEFAULT_MEMORY_MIB: u32 = 64;
@@ -18,16 +18,6 @@ pub const MAX_MEMORY_MIB: u32 = 1024;
 
 /// The largest `NAME.toml` read; a bigger one is refused without being parsed.
 pub const MAX_MANIFEST_BYTES: u64 = 64 * 1024;
-
-/// The prefix of the operator's settings among a plugin's parameters: only `NAME.toml`'s
-/// `[parameters]` gives them. A cluster's parameters are written by whoever registered
-/// the cluster, so the REST API refuses these names and the runtime ignores them there.
-pub const OPERATOR_PARAMETER_PREFIX: &str = "operator.";
-
-/// Whether `name` is one of the operator's settings (see [`OPERATOR_PARAMETER_PREFIX`]).
-pub fn is_operator_parameter(name: &str) -> bool {
-    name.starts_with(OPERATOR_PARAMETER_PREFIX)
-}
 
 /// What a plugin is granted and how it is run, from its `NAME.toml`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

@@ -11,7 +11,8 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use crate::worker::{ProbeTarget, error_chain, resolve_target, wall_clock};
+use crate::worker::resolve_target;
+use vigil_domain::probe::{ProbeTarget, error_chain, wall_clock};
 use vigil_store::{AuditResult, ClusterRecord, Store};
 
 /// A way to audit a cluster.

@@ -125,7 +125,7 @@ impl EventFeed {
                     });
                 }
                 Err(error) => {
-                    tracing::warn!(error = %crate::worker::error_chain(&error), "event streams: reading the latest event failed");
+                    tracing::warn!(error = %vigil_domain::probe::error_chain(&error), "event streams: reading the latest event failed");
                     tokio::time::sleep(POLL * 4).await;
                 }
             }
@@ -255,7 +255,7 @@ async fn events(
                     }
                 }
                 Err(error) => {
-                    tracing::warn!(error = %crate::worker::error_chain(&error), "event stream: reading events failed");
+                    tracing::warn!(error = %vigil_domain::probe::error_chain(&error), "event stream: reading events failed");
                     tokio::time::sleep(POLL * 4).await;
                 }
             }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tracing::{info, warn};
 use vigil_decision::Timestamp;
 
-use crate::worker::{error_chain, wall_clock};
+use vigil_domain::probe::{error_chain, wall_clock};
 use vigil_store::Store;
 
 /// How often the history is pruned after the first time at start-up.

@@ -13,7 +13,7 @@ use serde::Serialize;
 use tracing::{error, warn};
 use utoipa::ToSchema;
 
-use crate::worker::error_chain;
+use vigil_domain::probe::error_chain;
 use vigil_store::StoreError;
 
 /// The media type of every error body.

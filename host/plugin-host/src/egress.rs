@@ -52,9 +52,9 @@ use wasmtime_wasi_http::{RequestOptions, WasiBody, WasiHttpHooks};
 use super::bindings::vigil::plugin::http;
 use super::manifest::{CredentialSource, Manifest};
 use super::sandbox::{CallCluster, CallRecord, CallState, MAX_CREDENTIAL_FILE_BYTES};
-use crate::address_rule::{self, AddressRule};
-use crate::reference::{ConnectionMaterial, Material, Reference};
-use crate::tls::{self, TlsClients, TlsError, Trust};
+use vigil_domain::address_rule::{self, AddressRule};
+use vigil_domain::reference::{ConnectionMaterial, Material, Reference};
+use vigil_domain::tls::{self, TlsClients, TlsError, Trust};
 
 /// The largest response body handed to a plugin; a bigger one is `too-large`.
 pub const MAX_RESPONSE_BODY_BYTES: usize = 4 * 1024 * 1024;
@@ -1745,7 +1745,7 @@ mod tests {
     use futures_util::FutureExt as _;
 
     use super::*;
-    use crate::reference::SecretBytes;
+    use vigil_domain::reference::SecretBytes;
 
     fn held(what: &str, value: &str, bound: &[&str]) -> HeldCredential {
         HeldCredential {

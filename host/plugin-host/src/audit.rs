@@ -27,8 +27,8 @@ use super::{
     CALL_GRACE, Compiled, INFO_DEADLINE, LoadedPlugin, PluginRuntime, Refusal, WorldPre,
     call_cluster, info_answer, new_store, wire_cluster,
 };
-use crate::tls::TlsClients;
-use crate::worker::ProbeTarget;
+use vigil_domain::probe::ProbeTarget;
+use vigil_domain::tls::TlsClients;
 
 /// The most findings one audit may report; more is a malformed result.
 pub const MAX_FINDINGS: usize = 10_000;

@@ -46,10 +46,10 @@ pub use self::events::EventFeed;
 pub use self::problem::{Problem, ProblemKind};
 pub use self::view_cache::ViewCache;
 pub use self::views::{
-    HIDDEN_REFERENCE, PluginFailureView, PluginView, ProbationView, ProbedByView, ReloadView,
-    is_credential_reference, rfc3339,
+    PluginFailureView, PluginView, ProbationView, ProbedByView, ReloadView, rfc3339,
 };
-use crate::worker::{Probed, WorkerHandle};
+use vigil_domain::probe::Probed;
+use vigil_engine::worker::WorkerHandle;
 use vigil_store::Store;
 
 /// The largest request body accepted, in bytes.
@@ -151,7 +151,7 @@ pub struct Readiness {
     /// probed (a status persisted from before counts as known).
     pub caught_up: AtomicBool,
     /// Whether the store takes the probes' results (the worker's own record).
-    pub writes: Arc<crate::worker::StoreWrites>,
+    pub writes: Arc<vigil_engine::worker::StoreWrites>,
 }
 
 impl Readiness {
@@ -192,7 +192,7 @@ pub struct ApiState {
     pub credential_roots: Arc<[PathBuf]>,
     /// Where a registered endpoint or `http(s)://` URL may point
     /// (`VIGIL_REGISTRATION_ALLOW`).
-    pub registration_allow: Arc<crate::address_rule::AddressRule>,
+    pub registration_allow: Arc<vigil_domain::address_rule::AddressRule>,
     /// The global policy defaults, to show the policy in force.
     pub defaults: HealthPolicy,
     /// Start-up progress.
@@ -225,9 +225,9 @@ impl std::fmt::Debug for ApiState {
     }
 }
 
-impl<P: crate::worker::Prober> ProbeNow for crate::worker::OnDemand<P> {
+impl<P: vigil_domain::probe::Prober> ProbeNow for vigil_engine::worker::OnDemand<P> {
     fn probe_now<'a>(&'a self, cluster: &'a str) -> BoxFuture<'a, Result<Probed, ProbeNowError>> {
-        use crate::worker::OnDemandError;
+        use vigil_engine::worker::OnDemandError;
         use vigil_store::StoreError;
         Box::pin(async move {
             match self.probe(cluster).await {
@@ -249,14 +249,14 @@ impl<P: crate::worker::Prober> ProbeNow for crate::worker::OnDemand<P> {
     }
 }
 
-impl MetricsRenderer for crate::metrics::Metrics {
+impl MetricsRenderer for vigil_engine::metrics::Metrics {
     fn render<'a>(
         &'a self,
         store: &'a Store,
     ) -> BoxFuture<'a, Result<(String, &'static str), vigil_store::StoreError>> {
         Box::pin(async move {
-            let text = crate::metrics::Metrics::render(self, store).await?;
-            Ok((text, crate::metrics::CONTENT_TYPE))
+            let text = vigil_engine::metrics::Metrics::render(self, store).await?;
+            Ok((text, vigil_engine::metrics::CONTENT_TYPE))
         })
     }
 }

@@ -6,11 +6,11 @@
 //! (the plugin runtime in production, scripted probers in tests); what a result
 //! *means* is decided by [`vigil_decision::decide`] inside [`Store::apply_probe`].
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
@@ -21,106 +21,10 @@ use vigil_decision::{
 };
 
 use crate::metrics::{AUTO_PLUGIN, Metrics};
-use crate::reference::{self, ConnectionMaterial, Reference, Resolution};
-pub use vigil_store::ProbedBy;
+use vigil_decision::ProbedBy;
+use vigil_domain::probe::{ProbeTarget, Probed, Prober, error_chain, wall_clock};
+use vigil_domain::reference::{self, Reference, Resolution};
 use vigil_store::{AppliedProbe, ApplySettings, ClusterRecord, Store, StoreError};
-
-/// The current wall-clock time. The only place the engine reads the clock for
-/// health decisions, so that every decision of one probe uses one instant.
-pub fn wall_clock() -> Timestamp {
-    let millis = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-    Timestamp(millis)
-}
-
-/// One cluster to probe, as handed to a [`Prober`].
-#[derive(Debug, Clone)]
-pub struct ProbeTarget {
-    /// The cluster's id.
-    pub cluster: ClusterId,
-    /// The cluster's name.
-    pub name: String,
-    /// The recorded API server address.
-    pub endpoint: String,
-    /// The parsed reference.
-    pub reference: Reference,
-    /// The connection material, when the host resolved a file reference.
-    pub connection: Option<Box<ConnectionMaterial>>,
-    /// The plugin explicitly chosen for the cluster, if any.
-    pub plugin: Option<String>,
-    /// How long the probe may take; past it the cluster has timed out.
-    pub timeout: Duration,
-    /// The cluster's labels.
-    pub labels: BTreeMap<String, String>,
-    /// The cluster's own plugin parameters (a plugin's defaults go under them). Credential
-    /// values are references (`file:///…`, `secret://…`), resolved only by the plugin
-    /// runtime, and only when the plugin asks.
-    pub parameters: BTreeMap<String, String>,
-}
-
-/// A way to probe a cluster. It must answer within `target.timeout`; the
-/// worker gives it a grace period more and then abandons it as inconclusive.
-pub trait Prober: Send + Sync + 'static {
-    /// Probes one cluster once.
-    fn probe(&self, target: &ProbeTarget) -> impl Future<Output = ProbeOutcome> + Send;
-
-    /// Probes one cluster once, saying which plugin generation produced the outcome.
-    /// The default says nothing: only the plugin runtime routes to plugins.
-    fn probe_attributed(&self, target: &ProbeTarget) -> impl Future<Output = Probed> + Send {
-        async move {
-            Probed {
-                outcome: self.probe(target).await,
-                by: None,
-            }
-        }
-    }
-
-    /// Where the kubeconfig files of file references may really lie: every file the host
-    /// opens for one is checked on its real path ([`reference::resolve_under`]). The
-    /// default, `None`, bounds nothing: only the plugin runtime serves files to plugins.
-    fn credential_roots(&self) -> Option<Arc<[std::path::PathBuf]>> {
-        None
-    }
-}
-
-/// An outcome and the plugin generation that produced it, if a plugin answered.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Probed {
-    /// The outcome.
-    pub outcome: ProbeOutcome,
-    /// The plugin generation that produced it.
-    pub by: Option<ProbedBy>,
-}
-
-impl Probed {
-    /// An outcome no plugin produced (the host's own: unresolvable reference, timeout).
-    fn host(outcome: ProbeOutcome) -> Self {
-        Self { outcome, by: None }
-    }
-}
-
-/// The prober of an engine with no probe plugin loaded: every reference the
-/// host resolved is not probeable for want of a plugin, never a failure.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct NoPlugins;
-
-impl Prober for NoPlugins {
-    async fn probe(&self, target: &ProbeTarget) -> ProbeOutcome {
-        ProbeOutcome::NotProbeable {
-            class: ReasonClass::NoPlugin,
-            message: format!(
-                "no probe plugin is loaded for {} references",
-                match target.reference {
-                    Reference::File { .. } => "kubeconfig file",
-                    Reference::Secret { .. } => "secret://",
-                    Reference::Http { .. } => "http(s)://",
-                }
-            ),
-        }
-    }
-}
-
 /// The worker's settings (from `CLUSTER_HEALTH_*`).
 #[derive(Debug, Clone, Copy)]
 pub struct WorkerSettings {
@@ -996,18 +900,6 @@ fn log_applied(applied: &AppliedProbe, outcome: &ProbeOutcome) {
             );
         }
     }
-}
-
-/// An error and its sources on one line.
-pub fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

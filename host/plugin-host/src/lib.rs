@@ -34,6 +34,7 @@ mod event;
 mod manifest;
 mod outcome;
 mod plugin_dir;
+pub mod plugin_watch;
 mod sandbox;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -54,12 +55,14 @@ use self::cache::CodeCache;
 use self::catalog::{Catalog, Generation, ProbationVerdict};
 use self::engine::SharedEngine;
 use self::outcome::CallEnd;
-use self::sandbox::{CallCluster, CallState, KnownKubeconfigs, is_credential_reference};
-use crate::address_rule::AddressRule;
-use crate::reference::Reference;
-use crate::secrets::SecretSource;
-use crate::tls::TlsClients;
-use crate::worker::{ProbeTarget, Probed, ProbedBy, Prober};
+use self::sandbox::{CallCluster, CallState, KnownKubeconfigs};
+use vigil_decision::ProbedBy;
+use vigil_domain::address_rule::AddressRule;
+use vigil_domain::parameter::{is_credential_reference, is_operator_parameter};
+use vigil_domain::probe::{ProbeTarget, Probed, Prober};
+use vigil_domain::reference::Reference;
+use vigil_domain::secrets::SecretSource;
+use vigil_domain::tls::TlsClients;
 
 pub use self::audit::{
     AuditOutcome, Finding as AuditFinding, FindingObject, FindingSeverity, MAX_FINDING_OBJECTS,
@@ -73,9 +76,7 @@ pub use self::egress::{
 };
 pub use self::engine::TICKER_LINGER;
 pub use self::event::PluginEvent;
-pub use self::manifest::{
-    DEFAULT_MEMORY_MIB, MAX_MEMORY_MIB, Manifest, OPERATOR_PARAMETER_PREFIX, is_operator_parameter,
-};
+pub use self::manifest::{DEFAULT_MEMORY_MIB, MAX_MEMORY_MIB, Manifest};
 pub use self::outcome::{MAX_DETAIL_BYTES, MAX_DETAILS, MAX_MESSAGE_BYTES};
 pub use self::sandbox::{
     CallRecord, LimitHit, MAX_CREDENTIAL_FILE_BYTES, MAX_GUEST_OUTPUT_BYTES,
@@ -125,7 +126,7 @@ pub struct RuntimeSettings {
     /// Absolute paths; empty refuses every `file:///` parameter.
     pub credential_dirs: Vec<PathBuf>,
     /// Where the Secrets of `secret://` references and parameters are read (the
-    /// management cluster, `crate::secrets`); `None` answers every such read with how
+    /// management cluster, `vigil_domain::secrets`); `None` answers every such read with how
     /// to configure one. Only namespaces a plugin's `secret-namespaces` grants are read.
     pub secrets: Option<Arc<dyn SecretSource>>,
     /// Where clusters may point vigil (`VIGIL_REGISTRATION_ALLOW`): every connection to a

@@ -7,7 +7,7 @@
 
 wasmtime::component::bindgen!({
     world: "probe",
-    path: "../wit/since_v0.1.0",
+    path: "../../wit/since_v0.1.0",
     // Host calls do I/O (files, HTTP) under tokio timeouts, so they are async; the
     // exports are called with `call_async` so that a tokio timeout can abandon a call
     // parked in a host call.
@@ -21,14 +21,14 @@ wasmtime::component::bindgen!({
 pub mod audit {
     wasmtime::component::bindgen!({
         world: "audit",
-        path: "../wit/since_v0.1.0",
+        path: "../../wit/since_v0.1.0",
         imports: { default: async },
         exports: { default: async },
         with: {
-            "vigil:plugin/types": crate::runtime::bindings::vigil::plugin::types,
-            "vigil:plugin/log": crate::runtime::bindings::vigil::plugin::log,
-            "vigil:plugin/credentials": crate::runtime::bindings::vigil::plugin::credentials,
-            "vigil:plugin/http": crate::runtime::bindings::vigil::plugin::http,
+            "vigil:plugin/types": crate::bindings::vigil::plugin::types,
+            "vigil:plugin/log": crate::bindings::vigil::plugin::log,
+            "vigil:plugin/credentials": crate::bindings::vigil::plugin::credentials,
+            "vigil:plugin/http": crate::bindings::vigil::plugin::http,
         },
     });
 }

@@ -21,10 +21,10 @@ use super::views::{
     AuditView, ClusterPage, ClusterView, EventPage, PolicyBody, ProbedByView, RenderedPage,
 };
 use super::{ApiState, PageQuery, ProbeNowError, location, newest_first_page, page_size};
-use crate::address_rule::SETTING;
-use crate::reference::{self, Reference, ReferenceError, lies_under};
-use crate::runtime::{OPERATOR_PARAMETER_PREFIX, is_operator_parameter};
-use crate::worker::{Probed, wall_clock};
+use vigil_domain::address_rule::SETTING;
+use vigil_domain::parameter::{OPERATOR_PARAMETER_PREFIX, is_operator_parameter};
+use vigil_domain::probe::{Probed, wall_clock};
+use vigil_domain::reference::{self, Reference, ReferenceError, lies_under};
 use vigil_store::{ClusterFilter, ClusterPatch, ClusterSource, NewCluster, PageEntry};
 
 pub(super) fn routes() -> OpenApiRouter<ApiState> {

@@ -11,7 +11,7 @@ use notify_debouncer_full::{DebounceEventResult, Debouncer, RecommendedCache, ne
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
-use crate::runtime::{PluginRuntime, ReloadReport};
+use crate::{PluginRuntime, ReloadReport};
 
 /// How long the directory must be quiet before a reload: a plugin copied in place is
 /// written in several steps, and a `.wasm` usually comes with its `.toml`.
@@ -71,7 +71,7 @@ pub async fn reload_loop(runtime: PluginRuntime, dir: PathBuf) {
             match runtime.reload().await {
                 Ok(report) => log_reload(&report),
                 Err(error) => {
-                    warn!(plugin_dir = %dir.display(), error = %crate::worker::error_chain(&error), "plugin reload failed; nothing changed");
+                    warn!(plugin_dir = %dir.display(), error = %vigil_domain::probe::error_chain(&error), "plugin reload failed; nothing changed");
                 }
             }
         }

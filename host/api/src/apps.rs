@@ -19,7 +19,7 @@ use super::extract::{ApiJson, ApiPath, ApiQuery};
 use super::problem::Problem;
 use super::views::{AppView, DeploymentPage, DeploymentView};
 use super::{ApiState, PageQuery, location, newest_first_page, page_size};
-use crate::worker::wall_clock;
+use vigil_domain::probe::wall_clock;
 
 pub(super) fn routes() -> OpenApiRouter<ApiState> {
     OpenApiRouter::new()

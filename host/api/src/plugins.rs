@@ -58,7 +58,7 @@ async fn reload_plugins(
             "plugins-reloaded",
             &serde_json::to_value(&reloaded).unwrap_or_default(),
             Some(caller.actor()),
-            crate::worker::wall_clock(),
+            vigil_domain::probe::wall_clock(),
         )
         .await?;
     Ok(axum::Json(reloaded))

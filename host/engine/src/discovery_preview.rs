@@ -8,14 +8,13 @@
 //! every context would then be inserted.
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 use vigil_decision::Timestamp;
 
-use crate::discovery::{self, DiscoveryReport, Sources};
-use crate::reference::{self, Reference, Resolution};
+use vigil_domain::discovery::{self, DiscoveryReport, Sources};
+use vigil_domain::reference::{self, Reference, Resolution};
 use vigil_store::{
     DiscoveredClusterRow, ExistingDatabase, FieldChange, Store, StoreError, UpsertSummary,
     redact_url,
@@ -132,7 +131,8 @@ pub enum PlannedAction {
 }
 
 impl PlannedAction {
-    fn label(self) -> &'static str {
+    /// The action as a table shows it.
+    pub fn label(self) -> &'static str {
         match self {
             Self::Insert => "insert",
             Self::Update => "update",
@@ -390,135 +390,5 @@ impl DiscoveryPreview {
     pub fn to_json(&self) -> String {
         // Plain strings, numbers and booleans: serialisation cannot fail.
         serde_json::to_string_pretty(self).unwrap_or_default()
-    }
-
-    /// The preview as text for a terminal: sources, database, a table of the
-    /// contexts, the updates field by field, clashes, malformed files and counts.
-    pub fn to_table(&self) -> String {
-        let mut out = String::new();
-        let _ = writeln!(out, "Dry run: nothing is written.");
-        let files = if self.sources.files.is_empty() {
-            "none".to_owned()
-        } else {
-            self.sources.files.join(", ")
-        };
-        let _ = writeln!(out, "Kubeconfig files: {files}");
-        if let Some(dir) = &self.sources.dir {
-            let _ = writeln!(out, "Kubeconfig directory: {dir}");
-        }
-        let database = match self.database.state {
-            DatabaseState::Existing => "exists; the plan is what `vigil serve` would write to it",
-            DatabaseState::Missing => {
-                "does not exist (and was not created): every context would be inserted"
-            }
-            DatabaseState::Blank => "holds no table yet: every context would be inserted",
-            DatabaseState::InMemory => "in memory, empty at start: every context would be inserted",
-        };
-        let _ = writeln!(out, "Database: {} — {database}", self.database.url);
-        let _ = writeln!(out);
-
-        if self.contexts.is_empty() {
-            let _ = writeln!(out, "No context found.");
-        } else {
-            let rows: Vec<[String; 5]> = self
-                .contexts
-                .iter()
-                .map(|c| {
-                    let action = if c.changes.is_empty() {
-                        c.action.label().to_owned()
-                    } else {
-                        let fields: Vec<&str> = c.changes.iter().map(|f| f.field).collect();
-                        format!("{} ({})", c.action.label(), fields.join(", "))
-                    };
-                    [
-                        c.name.clone(),
-                        c.endpoint.clone(),
-                        action,
-                        c.source_file.clone(),
-                        c.probeability.clone(),
-                    ]
-                })
-                .collect();
-            let header =
-                ["CONTEXT", "ENDPOINT", "PLAN", "SOURCE", "PROBEABILITY"].map(str::to_owned);
-            write_table(&mut out, &header, &rows);
-        }
-
-        let updates: Vec<&PreviewContext> = self
-            .contexts
-            .iter()
-            .filter(|c| !c.changes.is_empty())
-            .collect();
-        if !updates.is_empty() {
-            let _ = writeln!(out, "\nUpdates:");
-            for context in updates {
-                for change in &context.changes {
-                    let _ = writeln!(
-                        out,
-                        "  {}: {} {} → {}",
-                        context.name, change.field, change.from, change.to
-                    );
-                }
-            }
-        }
-        if !self.clashes.is_empty() {
-            let _ = writeln!(out, "\nClashes (the first file read wins):");
-            for clash in &self.clashes {
-                let _ = writeln!(
-                    out,
-                    "  {}: used from {}, ignored in {}",
-                    clash.context, clash.kept_file, clash.ignored_file
-                );
-            }
-        }
-        if !self.malformed.is_empty() {
-            let _ = writeln!(
-                out,
-                "\nMalformed (skipped; every other file is still read):"
-            );
-            for problem in &self.malformed {
-                let _ = writeln!(out, "  {}: {}", problem.file, problem.reason);
-            }
-        }
-        let s = &self.summary;
-        let _ = writeln!(
-            out,
-            "\n{} context(s): {} to insert, {} to update, {} unchanged, {} kept (manual), \
-             {} ignored (deleted); {} clash(es); {} malformed.",
-            s.contexts,
-            s.insert,
-            s.update,
-            s.unchanged,
-            s.kept_manual,
-            s.ignored,
-            s.clashes,
-            s.malformed
-        );
-        out
-    }
-}
-
-/// Writes aligned columns; the last one is not padded.
-pub(crate) fn write_table<const N: usize>(
-    out: &mut String,
-    header: &[String; N],
-    rows: &[[String; N]],
-) {
-    let mut widths = [0usize; N];
-    for row in std::iter::once(header).chain(rows) {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.chars().count());
-        }
-    }
-    for row in std::iter::once(header).chain(rows) {
-        let mut line = String::new();
-        for (i, (cell, width)) in row.iter().zip(widths).enumerate() {
-            if i + 1 == N {
-                line.push_str(cell);
-            } else {
-                let _ = write!(line, "{cell:<width$}  ");
-            }
-        }
-        let _ = writeln!(out, "{}", line.trim_end());
     }
 }

@@ -18,9 +18,9 @@ use super::bindings::vigil::plugin::{credentials, log, types};
 use super::egress::{Egress, EgressPolicy};
 use super::engine::Ticking;
 use super::manifest::{CredentialSource, Manifest};
-use crate::reference::{self, ConnectionMaterial, Reference, SecretBytes};
-use crate::secrets::{SECRET_READ_TIMEOUT, SecretError, SecretSource};
-use crate::tls::TlsClients;
+use vigil_domain::reference::{self, ConnectionMaterial, Reference, SecretBytes};
+use vigil_domain::secrets::{SECRET_READ_TIMEOUT, SecretError, SecretSource};
+use vigil_domain::tls::TlsClients;
 
 /// The most bytes of guest stdout and of guest stderr kept per call.
 pub const MAX_GUEST_OUTPUT_BYTES: usize = 64 * 1024;
@@ -738,7 +738,9 @@ async fn read_secret(
 ) -> Result<SecretBytes, credentials::CredentialsError> {
     use credentials::CredentialsError as E;
     let Some(source) = source else {
-        return Err(E::Invalid(crate::secrets::Unavailable::not_configured().0));
+        return Err(E::Invalid(
+            vigil_domain::secrets::Unavailable::not_configured().0,
+        ));
     };
     let bound = remaining.min(SECRET_READ_TIMEOUT);
     debug!(namespace, secret = name, key, "reading a Secret key");
@@ -795,12 +797,6 @@ impl<'a> ParameterValue<'a> {
             None => Self::Invalid,
         }
     }
-}
-
-/// Whether a parameter's value is a credential reference, kept out of
-/// `cluster.parameters`.
-pub(crate) fn is_credential_reference(value: &str) -> bool {
-    !matches!(ParameterValue::parse(value), ParameterValue::Plain(_))
 }
 
 /// `%XX` escapes of a URL path decoded; `None` when one is malformed or the result is
@@ -1063,6 +1059,7 @@ fn resolve_against(kubeconfig: &Path, path: &Path) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use vigil_domain::parameter::is_credential_reference;
 
     #[test]
     fn parameter_values_are_read_as_the_contract_says() {

@@ -6,7 +6,8 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
-use vigil_decision::{Condition, HealthPolicy, PolicyOverrides, Timestamp};
+use vigil_decision::{Condition, HealthPolicy, PolicyOverrides, ProbedBy, Timestamp};
+use vigil_domain::parameter::{HIDDEN_REFERENCE, is_credential_reference};
 
 use super::problem::Problem;
 use vigil_store::{AppRecord, ClusterRecord, DeploymentRecord, EventRecord};
@@ -15,15 +16,6 @@ use vigil_store::{AppRecord, ClusterRecord, DeploymentRecord, EventRecord};
 pub fn rfc3339(at: Timestamp) -> String {
     let millis = u64::try_from(at.0).unwrap_or(0);
     humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(millis)).to_string()
-}
-
-/// What a parameter value that is a credential reference is shown as: the reference
-/// itself is never returned, so the API cannot be used to learn where a credential is.
-pub const HIDDEN_REFERENCE: &str = "(credential reference)";
-
-/// Whether a parameter value is a credential reference.
-pub fn is_credential_reference(value: &str) -> bool {
-    value.starts_with("secret://") || value.starts_with("file://")
 }
 
 /// A condition on a cluster.
@@ -520,8 +512,8 @@ pub struct ProbedByView {
     pub generation: u64,
 }
 
-impl From<&vigil_store::ProbedBy> for ProbedByView {
-    fn from(by: &vigil_store::ProbedBy) -> Self {
+impl From<&ProbedBy> for ProbedByView {
+    fn from(by: &ProbedBy) -> Self {
         Self {
             plugin: by.plugin.clone(),
             generation: by.generation,
