@@ -1,0 +1,7 @@
+//! The engine's integration tests: the worker, the brake and metrics on a temporary SQLite
+//! file with a scripted prober.
+
+mod brake;
+mod metrics;
+mod scenario;
+mod worker;

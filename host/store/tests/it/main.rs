@@ -1,0 +1,3 @@
+//! The store's integration tests, on temporary SQLite files.
+
+mod store;

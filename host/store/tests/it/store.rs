@@ -1,0 +1,412 @@
+//! The store on a temporary SQLite file: migrations, discovery upserts,
+//! persistence of everything the rules need (docs/rules.md#persistence), and the database lock.
+
+use vigil_decision::{
+    AppStatus, BrakeConfig, ClusterId, ClusterStatus, HealthPolicy, PolicyOverrides, ProbeOutcome,
+    ReasonClass, Timestamp,
+};
+use vigil_store::lock::{DatabaseLock, LockError};
+use vigil_store::{
+    ApplySettings, ClusterSource, DiscoveredClusterRow, Store, redact_url, sqlite_path,
+};
+
+fn row(name: &str, endpoint: &str, reference: &str) -> DiscoveredClusterRow {
+    DiscoveredClusterRow {
+        name: name.to_owned(),
+        endpoint: endpoint.to_owned(),
+        reference: reference.to_owned(),
+    }
+}
+
+fn settings() -> ApplySettings {
+    ApplySettings {
+        defaults: HealthPolicy::default(),
+        brake: BrakeConfig {
+            enabled: true,
+            ratio: 1.0,
+            min_failed: 3,
+            window_millis: 300_000,
+        },
+        brake_window_explicit: false,
+    }
+}
+
+#[tokio::test]
+async fn migrations_run_once_and_the_database_uses_wal() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("vigil.db");
+    let store = Store::open_path(&db).await.unwrap();
+    store.close().await;
+    let store = Store::open_path(&db).await.unwrap();
+    let applied: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM _sqlx_migrations")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    let files = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations"))
+        .unwrap()
+        .filter(|entry| {
+            entry
+                .as_ref()
+                .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "sql"))
+        })
+        .count();
+    assert_eq!(
+        applied,
+        i64::try_from(files).unwrap(),
+        "each migration ran once"
+    );
+    let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(mode, "wal");
+}
+
+#[tokio::test]
+async fn every_connection_of_the_pool_syncs_each_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_path(&dir.path().join("vigil.db"))
+        .await
+        .unwrap();
+    // Several connections held at once, so that the pool opens more than the first.
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(store.pool().acquire().await.unwrap());
+    }
+    for connection in &mut held {
+        // 2 is FULL: in WAL mode, each commit syncs the log before it returns.
+        let synchronous: i64 = sqlx::query_scalar("PRAGMA synchronous")
+            .fetch_one(&mut **connection)
+            .await
+            .unwrap();
+        assert_eq!(synchronous, 2);
+        let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
+            .fetch_one(&mut **connection)
+            .await
+            .unwrap();
+        assert_eq!(mode, "wal");
+    }
+}
+
+#[tokio::test]
+async fn discovery_upserts_insert_update_and_never_delete_or_touch_manual_and_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_path(&dir.path().join("vigil.db"))
+        .await
+        .unwrap();
+    let t = Timestamp::from_secs(1_000);
+
+    let first = store
+        .upsert_discovered(
+            &[
+                row("kind", "https://127.0.0.1:6443", "/k/a.yaml#kind"),
+                row("k3s", "https://127.0.0.2:6443", "/k/b.yaml#k3s"),
+            ],
+            t,
+        )
+        .await
+        .unwrap();
+    assert_eq!(first.inserted, ["kind", "k3s"]);
+    let kind = store.cluster("kind").await.unwrap();
+    assert_eq!(kind.health.status, ClusterStatus::Unknown);
+    assert_eq!(kind.source, ClusterSource::Discovered);
+    assert_eq!(kind.next_due, t, "a newly inserted cluster is due at once");
+    assert_eq!(kind.health.first_seen, t);
+
+    store
+        .register_cluster(
+            "manual",
+            "https://127.0.0.9:6443",
+            "/m/m.yaml#manual",
+            &PolicyOverrides::default(),
+            t,
+        )
+        .await
+        .unwrap();
+    sqlx::query("UPDATE clusters SET ignored = 1 WHERE name = 'k3s'")
+        .execute(store.pool())
+        .await
+        .unwrap();
+
+    let t2 = Timestamp::from_secs(2_000);
+    let second = store
+        .upsert_discovered(
+            &[
+                row("kind", "https://127.0.0.1:7443", "/k/a2.yaml#kind"),
+                row("k3s", "https://127.0.0.2:7443", "/k/b.yaml#k3s"),
+                row("manual", "https://127.0.0.3:6443", "/k/c.yaml#manual"),
+            ],
+            t2,
+        )
+        .await
+        .unwrap();
+    assert_eq!(second.updated, ["kind"]);
+    assert_eq!(second.ignored, ["k3s"]);
+    assert_eq!(second.kept_manual, ["manual"]);
+    assert!(second.inserted.is_empty());
+    let kind = store.cluster("kind").await.unwrap();
+    assert_eq!(
+        (kind.endpoint.as_str(), kind.kubeconfig_secret_ref.as_str()),
+        ("https://127.0.0.1:7443", "/k/a2.yaml#kind")
+    );
+    assert_eq!(
+        kind.health.first_seen, t,
+        "an update keeps the cluster's history"
+    );
+    let k3s = store.cluster("k3s").await.unwrap();
+    assert_eq!(
+        k3s.endpoint, "https://127.0.0.2:6443",
+        "ignored clusters are untouched"
+    );
+    let manual = store.cluster("manual").await.unwrap();
+    assert_eq!(
+        manual.kubeconfig_secret_ref, "/m/m.yaml#manual",
+        "manual clusters are untouched"
+    );
+
+    let third = store
+        .upsert_discovered(
+            &[row("kind", "https://127.0.0.1:7443", "/k/a2.yaml#kind")],
+            t2,
+        )
+        .await
+        .unwrap();
+    assert_eq!(third.unchanged, ["kind"]);
+    let empty = store.upsert_discovered(&[], t2).await.unwrap();
+    assert_eq!(empty, Default::default());
+    assert_eq!(
+        store.clusters().await.unwrap().len(),
+        3,
+        "discovery never deletes"
+    );
+    let kinds: Vec<String> = store
+        .events(Some("kind"))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
+    assert_eq!(kinds, ["cluster-discovered", "cluster-rediscovered"]);
+}
+
+#[tokio::test]
+async fn everything_the_rules_need_survives_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("vigil.db");
+    let store = Store::open_path(&db).await.unwrap();
+    let t = |s: i64| Timestamp::from_secs(10_000 + s);
+    let id = store
+        .register_cluster(
+            "c",
+            "https://127.0.0.1:6443",
+            "/k/c.yaml#c",
+            &PolicyOverrides {
+                interval_seconds: Some(60),
+                ..Default::default()
+            },
+            t(0),
+        )
+        .await
+        .unwrap();
+    store
+        .register_app("a", "c", AppStatus::Deployed, t(0))
+        .await
+        .unwrap();
+    let fail = ProbeOutcome::Unhealthy {
+        class: ReasonClass::Timeout,
+        message: "timed out".into(),
+    };
+    let stale = ProbeOutcome::Inconclusive {
+        class: ReasonClass::PluginFault,
+        message: "trap".into(),
+    };
+    for (outcome, at) in [
+        (ProbeOutcome::Healthy, 0),
+        (fail.clone(), 10),
+        (fail, 50),
+        (stale.clone(), 60),
+        (stale.clone(), 70),
+        (stale, 80),
+    ] {
+        store
+            .apply_probe(id, &outcome, t(at), t(at + 60), &settings())
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    let before = store.cluster("c").await.unwrap();
+    assert_eq!(before.health.status, ClusterStatus::Offline);
+    assert_eq!(before.health.consecutive_inconclusive, 3);
+    assert!(before.health.open_outage.is_some());
+    assert_eq!(before.policy.interval_seconds, Some(60));
+    store.close().await;
+
+    let store = Store::open_path(&db).await.unwrap();
+    let after = store.cluster("c").await.unwrap();
+    assert_eq!(after.health, before.health);
+    assert_eq!(after.next_due, t(140));
+    assert_eq!(after.last_reason_class.as_deref(), Some("plugin-fault"));
+    let app = store.app("a").await.unwrap();
+    assert_eq!(
+        (app.status, app.degraded_by),
+        (AppStatus::Degraded, before.health.open_outage)
+    );
+    assert!(
+        store
+            .apply_probe(
+                ClusterId(999),
+                &ProbeOutcome::Healthy,
+                t(90),
+                t(99),
+                &settings()
+            )
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[test]
+fn database_urls_are_checked_and_passwords_redacted() {
+    assert_eq!(
+        redact_url("postgres://vigil:hunter2@db:5432/vigil"),
+        "postgres://vigil:***@db:5432/vigil"
+    );
+    assert_eq!(
+        redact_url("postgres://vigil@db/vigil"),
+        "postgres://vigil@db/vigil"
+    );
+    assert_eq!(redact_url("sqlite://vigil.db"), "sqlite://vigil.db");
+    assert_eq!(
+        redact_url("sqlite:///var/lib/vigil/v.db?mode=rwc"),
+        "sqlite:///var/lib/vigil/v.db?mode=rwc"
+    );
+    // Every shape a password can take: each is redacted, and what is not secret is kept.
+    let check = |url: &str, expected: &str| {
+        let redacted = redact_url(url);
+        assert_eq!(redacted, expected, "{url}");
+        for secret in ["hunter", "s3cr3t"] {
+            assert!(!redacted.contains(secret), "{url} -> {redacted}");
+        }
+    };
+    check(
+        "postgres://vigil:hunter%2F2%3F%23@db:5432/vigil",
+        "postgres://vigil:***@db:5432/vigil",
+    );
+    check(
+        "postgres://vigil:hun@ter2@db/vigil",
+        "postgres://vigil:***@db/vigil",
+    );
+    check(
+        "postgres://vigil:hun:ter2@db/vigil",
+        "postgres://vigil:***@db/vigil",
+    );
+    // Unencoded `/`, `?` or `#` end the authority early for a URL parser: the password then
+    // reads as a port or a path, so nothing after the scheme is shown.
+    check("postgres://vigil:hunter/2@db:5432/vigil", "postgres://***");
+    check("postgres://vigil:12/hunter@db:5432/vigil", "postgres://***");
+    check("postgres://vigil:hunter?2@db/vigil", "postgres://***");
+    check("postgres://vigil:hunter#2@db/vigil", "postgres://***");
+    check(
+        "postgres://vigil:hunter2@db:notaport/vigil?sslpassword=s3cr3t",
+        "postgres://vigil:***@db:notaport/vigil?***",
+    );
+    check(
+        "postgres://db/vigil?user=vigil&password=hunter2",
+        "postgres://db/vigil?user=vigil&password=***",
+    );
+    check(
+        "postgres://db/vigil?sslmode=require&sslpassword=s3cr3t&application_name=v",
+        "postgres://db/vigil?sslmode=require&sslpassword=***&***",
+    );
+    check(
+        "postgres://db/vigil?%70assword=hunter2",
+        "postgres://db/vigil?password=***",
+    );
+    check(
+        "postgres://db/vigil?PASSWORD=hunter%262#s3cr3t",
+        "postgres://db/vigil?PASSWORD=***#***",
+    );
+    check(
+        "postgres://db/vigil?password=hunter&2",
+        "postgres://db/vigil?password=***&***",
+    );
+    check(
+        "postgres://vigil:hunter2@db/vigil?user=x@y&token=s3cr3t",
+        "postgres://vigil:***@db/vigil?user=x%40y&token=***",
+    );
+    check("sqlite:vigil.db?key=s3cr3t", "sqlite:vigil.db?key=***");
+    assert_eq!(
+        sqlite_path("sqlite://vigil.db").unwrap(),
+        Some("vigil.db".into())
+    );
+    assert_eq!(
+        sqlite_path("sqlite:///var/lib/vigil/v.db?mode=rwc").unwrap(),
+        Some("/var/lib/vigil/v.db".into())
+    );
+    assert_eq!(sqlite_path("sqlite::memory:").unwrap(), None);
+    let error = sqlite_path("postgres://vigil:hunter2@db/vigil")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("postgres://vigil:***@db/vigil") && !error.contains("hunter2"),
+        "{error}"
+    );
+    assert!(sqlite_path("vigil.db").is_err());
+}
+
+#[test]
+fn the_database_lock_is_exclusive_and_released_on_drop() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("vigil.db");
+    let lock = DatabaseLock::acquire(&db).unwrap();
+    assert_eq!(lock.path(), dir.path().join("vigil.db.lock"));
+    let refused = DatabaseLock::acquire(&db).unwrap_err();
+    assert!(matches!(refused, LockError::Held { .. }), "{refused}");
+    assert!(refused.to_string().contains("vigil.db.lock"));
+    drop(lock);
+    DatabaseLock::acquire(&db).unwrap();
+}
+
+#[test]
+fn the_database_lock_holds_whatever_link_names_the_file() {
+    use std::os::unix::fs::symlink;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let data = root.join("data");
+    std::fs::create_dir(&data).unwrap();
+    let db = data.join("vigil.db");
+    // A link to a database that does not exist yet: the file will be created at its target.
+    symlink(&db, root.join("early.db")).unwrap();
+    let lock = DatabaseLock::acquire(&root.join("early.db")).unwrap();
+    assert_eq!(lock.path(), data.join("vigil.db.lock"));
+    drop(lock);
+
+    std::fs::write(&db, b"").unwrap();
+    symlink(&db, root.join("link.db")).unwrap();
+    symlink(&data, root.join("alias")).unwrap();
+    let lock = DatabaseLock::acquire(&db).unwrap();
+    for other in [
+        root.join("link.db"),
+        root.join("alias/vigil.db"),
+        root.join("alias/../data/vigil.db"),
+        root.join("early.db"),
+    ] {
+        let refused = DatabaseLock::acquire(&other).unwrap_err();
+        let LockError::Held {
+            database,
+            lock: held,
+        } = &refused
+        else {
+            panic!("{}: {refused}", other.display());
+        };
+        assert_eq!(held, &data.join("vigil.db.lock").display().to_string());
+        assert!(
+            database.contains(&db.display().to_string())
+                && database.contains(&other.display().to_string()),
+            "the message names the file and the link: {refused}"
+        );
+    }
+    drop(lock);
+    DatabaseLock::acquire(&root.join("alias/vigil.db")).unwrap();
+}

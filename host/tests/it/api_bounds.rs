@@ -1,0 +1,441 @@
+//! The REST API's server within bounds: a cap on event streams (503 with `Retry-After`
+//! beyond it) fed by one shared notifier, a cap on connections, and a header-read
+//! timeout — in the router, and against a real `vigil serve` holding thousands of idle
+//! connections and hundreds of streams. Loopback only; counts, never latencies.
+
+use crate::process;
+use vigil_test_support::engine as support;
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode, header};
+use http_body_util::BodyExt as _;
+use process::{Running, vigil};
+use tower::ServiceExt as _;
+use vigil_api::EventFeed;
+use vigil_decision::Timestamp;
+
+fn events_request() -> Request<Body> {
+    Request::get("/api/v1/events")
+        .body(Body::empty())
+        .expect("request")
+}
+
+/// Streams share one feed: past the cap one more is answered 503 with `Retry-After`;
+/// one event reaches every open stream; the store is asked about new events at the
+/// feed's pace, not once per stream; a closed stream gives its place back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn event_streams_share_one_notifier_under_a_cap() {
+    const STREAMS: u32 = 40;
+    let sandbox = support::Sandbox::new();
+    let store = sandbox.store().await;
+    let feed = Arc::new(EventFeed::new(STREAMS));
+    let router = vigil_test_support::api::router_with_events(store.clone(), Arc::clone(&feed));
+
+    let mut bodies = Vec::new();
+    for _ in 0..STREAMS {
+        let response = router
+            .clone()
+            .oneshot(events_request())
+            .await
+            .expect("answer");
+        assert_eq!(response.status(), StatusCode::OK);
+        bodies.push(response.into_body());
+    }
+    assert_eq!(feed.open_streams(), STREAMS as usize);
+
+    let refused = router
+        .clone()
+        .oneshot(events_request())
+        .await
+        .expect("answer");
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let retry_after = refused.headers()[header::RETRY_AFTER]
+        .to_str()
+        .expect("text")
+        .parse::<u32>()
+        .expect("seconds");
+    assert!(retry_after > 0);
+    let problem = refused
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    let problem = String::from_utf8_lossy(&problem);
+    assert!(
+        problem.contains("VIGIL_API_MAX_EVENT_STREAMS"),
+        "the refusal names the setting: {problem}"
+    );
+
+    // Idle streams: the feed's own pace, whatever the number of streams.
+    let (polls, since) = (feed.polls(), Instant::now());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let asked = feed.polls() - polls;
+    let ticks = u64::try_from(since.elapsed().as_millis() / 250).expect("ticks");
+    assert!(
+        asked <= ticks + 2,
+        "{asked} looks at the store in {ticks} ticks with {STREAMS} streams open"
+    );
+
+    // One event reaches every stream.
+    store
+        .record_plugin_event(
+            "plugin-retired",
+            &serde_json::json!({ "plugin": "p" }),
+            None,
+            Timestamp(1),
+        )
+        .await
+        .expect("event");
+    for (i, body) in bodies.iter_mut().enumerate() {
+        let mut text = String::new();
+        while !text.contains("event: plugin-retired") {
+            let frame = tokio::time::timeout(Duration::from_secs(10), body.frame())
+                .await
+                .unwrap_or_else(|_| panic!("stream {i} got no event"))
+                .expect("a frame")
+                .expect("no error");
+            if let Ok(data) = frame.into_data() {
+                text.push_str(&String::from_utf8_lossy(&data));
+            }
+        }
+    }
+
+    // Closed streams give their places back.
+    drop(bodies);
+    assert_eq!(feed.open_streams(), 0);
+    let again = router.oneshot(events_request()).await.expect("answer");
+    assert_eq!(again.status(), StatusCode::OK);
+}
+
+/// The open-files limit of this test process, raised to its hard limit.
+fn raise_open_files() -> u64 {
+    rlimit::increase_nofile_limit(u64::MAX).expect("the open-files limit")
+}
+
+/// `vigil serve` with no cluster and no plugin, logging to `DIR/vigil.log`, with
+/// `settings`; its API address.
+fn serve(dir: &Path, settings: &[(&str, String)]) -> (Running, String) {
+    let kubeconfigs = dir.join("kubeconfigs");
+    std::fs::create_dir_all(&kubeconfigs).expect("mkdir");
+    let log = dir.join("vigil.log");
+    let mut command = vigil(dir);
+    command
+        .arg("serve")
+        .env("KUBECONFIG_DIR", &kubeconfigs)
+        .env("VIGIL_PLUGIN_DIR", dir.join("no-plugins"))
+        .stderr(Stdio::from(std::fs::File::create(&log).expect("log")));
+    for (name, value) in settings {
+        command.env(name, value);
+    }
+    let mut server = Running(command.spawn().expect("spawn vigil"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if let Some(line) = text.lines().find(|l| l.contains("REST API listening")) {
+            let (_, rest) = line.split_once("listen=").expect("listen=");
+            let address = rest.split_whitespace().next().expect("address").to_owned();
+            return (server, address);
+        }
+        if let Some(status) = server.try_wait().expect("wait") {
+            panic!("vigil serve exited with {status:?}:\n{text}");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "vigil serve never listened:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn connect(address: &str) -> TcpStream {
+    let stream = TcpStream::connect(address).expect("connect");
+    // A guard against a hang, not a measurement.
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .expect("timeout");
+    stream
+}
+
+/// Sends `GET path` and reads the response head (and, with `close`, the whole answer).
+fn get(stream: &mut TcpStream, path: &str, close: bool) -> String {
+    let connection = if close { "close" } else { "keep-alive" };
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: {connection}\r\n\r\n"
+    )
+    .expect("send");
+    let mut answer = Vec::new();
+    let mut buffer = [0u8; 4096];
+    loop {
+        let head_done = answer.windows(4).any(|w| w == b"\r\n\r\n");
+        if head_done && !close {
+            break;
+        }
+        match stream.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(n) => answer.extend_from_slice(&buffer[..n]),
+            Err(error) => panic!("reading the answer to {path}: {error}"),
+        }
+    }
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+fn status(answer: &str) -> u16 {
+    answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {answer:?}"))
+}
+
+/// Sends `GET path` (keep-alive) and reads the response head; `None` when the server
+/// closed the connection instead.
+fn try_get(stream: &mut TcpStream, path: &str) -> Option<String> {
+    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut answer = Vec::new();
+    let mut buffer = [0u8; 4096];
+    while !answer.windows(4).any(|w| w == b"\r\n\r\n") {
+        match stream.read(&mut buffer) {
+            Ok(0) => return None,
+            Ok(n) => answer.extend_from_slice(&buffer[..n]),
+            Err(error)
+                if error.kind() == ErrorKind::WouldBlock || error.kind() == ErrorKind::TimedOut =>
+            {
+                panic!("no answer and no close for {path}")
+            }
+            Err(_) => return None,
+        }
+    }
+    Some(String::from_utf8_lossy(&answer).into_owned())
+}
+
+/// Whether the server closed `stream` (end of stream or reset) rather than answering.
+fn closed_by_server(stream: &mut TcpStream) -> bool {
+    let mut byte = [0u8; 1];
+    match stream.read(&mut byte) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(error) => matches!(
+            error.kind(),
+            ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted | ErrorKind::BrokenPipe
+        ),
+    }
+}
+
+/// Polls `GET path` on fresh connections until it answers `expected`.
+fn wait_for_status(address: &str, path: &str, expected: u16) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut stream = connect(address);
+        let answer = if write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+        )
+        .is_ok()
+        {
+            let mut text = String::new();
+            let _ = stream.read_to_string(&mut text);
+            text
+        } else {
+            String::new()
+        };
+        if answer.split_whitespace().nth(1) == Some(&expected.to_string()) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{path} never answered {expected}; last: {answer:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Open file descriptors of a process.
+fn open_files_of(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(Iterator::count)
+        .unwrap_or(0)
+}
+
+/// Thousands of idle connections and hundreds of event streams against a real `vigil
+/// serve`: it holds them all and keeps answering within its caps; one stream more gets
+/// 503 with `Retry-After`; at the connection cap one connection more is closed, and once
+/// some go it answers again.
+#[test]
+fn a_server_full_of_idle_connections_and_streams_keeps_answering_within_its_caps() {
+    const STREAMS: usize = 500;
+    // Room for this process's own descriptors; the server raises its own limit.
+    let limit = raise_open_files();
+    let idle = 5000.min(
+        usize::try_from(limit)
+            .unwrap_or(usize::MAX)
+            .saturating_sub(STREAMS + 300),
+    );
+    assert!(
+        idle >= 1000,
+        "the open-files limit ({limit}) is too low for this test"
+    );
+    // The cap leaves room for the checks below, then is filled on purpose.
+    let spare = 20;
+    let cap = idle + STREAMS + spare;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (server, address) = serve(
+        dir.path(),
+        &[
+            ("VIGIL_API_MAX_CONNECTIONS", cap.to_string()),
+            ("VIGIL_API_MAX_EVENT_STREAMS", STREAMS.to_string()),
+            // Long enough that no idle connection is closed during the test.
+            ("VIGIL_API_HEADER_READ_TIMEOUT", "3600".to_owned()),
+        ],
+    );
+    let before = open_files_of(server.id());
+
+    let idle_connections: Vec<TcpStream> = (0..idle).map(|_| connect(&address)).collect();
+    let mut streams = Vec::with_capacity(STREAMS);
+    for i in 0..STREAMS {
+        let mut stream = connect(&address);
+        let answer = get(&mut stream, "/api/v1/events", false);
+        assert_eq!(status(&answer), 200, "stream {i}: {answer}");
+        streams.push(stream);
+    }
+    // The server holds every one of them (an accepted socket each).
+    let held = open_files_of(server.id()) - before;
+    assert!(
+        held >= idle + STREAMS,
+        "the server holds {held} descriptors more, for {idle} idle connections and {STREAMS} streams"
+    );
+
+    // Still answering, within the caps.
+    let answer = get(&mut connect(&address), "/healthz", true);
+    assert_eq!(status(&answer), 200, "{answer}");
+    let answer = get(&mut connect(&address), "/api/v1/clusters", true);
+    assert_eq!(status(&answer), 200, "{answer}");
+
+    // One stream more: 503 with Retry-After.
+    let answer = get(&mut connect(&address), "/api/v1/events", true);
+    assert_eq!(status(&answer), 503, "{answer}");
+    let retry_after = answer
+        .lines()
+        .find_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            name.eq_ignore_ascii_case("retry-after")
+                .then(|| value.trim().parse::<u32>().ok())
+                .flatten()
+        })
+        .unwrap_or_else(|| panic!("no Retry-After in {answer}"));
+    assert!(retry_after > 0);
+
+    // A stream that ends gives its place back.
+    drop(streams.pop());
+    wait_for_status(&address, "/healthz", 200);
+    let mut replacement = connect(&address);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let answer = get(&mut replacement, "/api/v1/events", false);
+        if status(&answer) == 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the freed stream place never came back: {answer}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+        replacement = connect(&address);
+    }
+    streams.push(replacement);
+
+    // Fill the connection cap and go past it: each connection asks for /healthz and stays
+    // open; no more than the room left is served, the others are closed unanswered.
+    // (Connections of the checks above that the server has not yet seen close can only
+    // make the room smaller.)
+    wait_for_status(&address, "/healthz", 200);
+    let mut served = Vec::new();
+    let mut closed = 0;
+    for _ in 0..spare + 5 {
+        let mut stream = connect(&address);
+        match try_get(&mut stream, "/healthz") {
+            Some(answer) => {
+                assert_eq!(status(&answer), 200, "{answer}");
+                served.push(stream);
+            }
+            None => closed += 1,
+        }
+    }
+    assert!(
+        served.len() <= spare,
+        "{} connections served past {} held, with a cap of {cap}",
+        served.len(),
+        idle + STREAMS
+    );
+    assert!(
+        closed >= 5,
+        "only {closed} connections past the cap were closed"
+    );
+
+    // Some go: the server answers again.
+    drop(served);
+    wait_for_status(&address, "/healthz", 200);
+    drop((idle_connections, streams, server));
+}
+
+/// A connection that never sends a request head, or sends half of one, is closed by the
+/// header-read timeout; a prompt request on the same server is answered.
+#[test]
+fn connections_that_never_send_a_request_head_are_closed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_server, address) = serve(
+        dir.path(),
+        &[("VIGIL_API_HEADER_READ_TIMEOUT", "1".to_owned())],
+    );
+    let mut silent = connect(&address);
+    let mut half = connect(&address);
+    half.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        .expect("send half a head");
+    let answer = get(&mut connect(&address), "/healthz", true);
+    assert_eq!(status(&answer), 200, "{answer}");
+    assert!(
+        closed_by_server(&mut silent),
+        "the silent connection got an answer"
+    );
+    let mut rest = String::new();
+    let _ = half.read_to_string(&mut rest);
+    assert!(
+        !rest.contains("200 OK"),
+        "half a head was answered as a request: {rest}"
+    );
+}
+
+/// A connection cap the operator set that does not fit the open-files limit stops
+/// start-up with exit 2, naming the setting and the limit.
+#[test]
+fn a_connection_cap_that_does_not_fit_the_open_files_limit_stops_start_up() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut command = vigil(dir.path());
+    let output = command
+        .arg("serve")
+        .env("KUBECONFIG_DIR", dir.path())
+        .env("VIGIL_API_MAX_CONNECTIONS", "1000000")
+        .env("VIGIL_API_MAX_EVENT_STREAMS", "10")
+        .output()
+        .expect("run vigil");
+    let hard = rlimit::Resource::NOFILE.get_hard().expect("hard limit");
+    if hard >= 1_000_000 + vigil::open_files::reserved(64) {
+        // This machine allows it; nothing to refuse.
+        return;
+    }
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("VIGIL_API_MAX_CONNECTIONS=1000000") && stderr.contains("RLIMIT_NOFILE"),
+        "{stderr}"
+    );
+}

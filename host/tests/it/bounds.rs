@@ -1,0 +1,610 @@
+//! Bounded resources under load and store faults: a flood of probe-now calls against slow
+//! clusters on a running `vigil serve` (the real `kubeconfig-file` plugin, the fake
+//! server over TLS), a database on a small tmpfs filled under it, and a worker whose reads
+//! of the schedule fail for a while. Every address is on loopback; every check is a count
+//! or a bound.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use vigil_decision::PolicyOverrides;
+use vigil_fake_kube::kubeconfig::write_kubeconfigs;
+use vigil_fake_kube::{AddressPlan, Fleet, KubeconfigOptions, ShapePlan};
+
+use vigil_test_support::engine;
+use vigil_test_support as plugins;
+use crate::process;
+
+use engine::{Behaviour, Sandbox, ScriptedProber, settings, wait_until};
+use process::{Running, log_lines, message, sigterm, tail, vigil, wait_exit};
+
+/// The one request a probe makes.
+const NAMESPACES: &str = "/api/v1/namespaces";
+
+/// The API token of these tests.
+const TOKEN: &str = "bounds-test-token-0123456789";
+
+/// A running `vigil serve` and where its API listens.
+struct Vigil {
+    child: Running,
+    log: PathBuf,
+    api: std::net::SocketAddr,
+}
+
+impl Vigil {
+    /// Starts `command` (a `vigil serve`, maybe wrapped) logging JSON to `dir/vigil.log`,
+    /// and waits for its first discovery.
+    async fn start(dir: &Path, mut command: Command) -> Self {
+        let log = dir.join("vigil.log");
+        let mut child = command
+            .env("VIGIL_LOG_FORMAT", "json")
+            .env("VIGIL_API_TOKEN", TOKEN)
+            .env(
+                "VIGIL_CACHE_DIR",
+                Path::new(env!("CARGO_TARGET_TMPDIR")).join("bounds-cache"),
+            )
+            .stderr(File::create(&log).unwrap())
+            .spawn()
+            .map(Running)
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let lines = log_lines(&log);
+            if lines.iter().any(|l| message(l) == "discovery done") {
+                let api = lines
+                    .iter()
+                    .find(|l| message(l) == "REST API listening")
+                    .and_then(|l| l["fields"]["listen"].as_str()?.parse().ok())
+                    .expect("the API's address is logged");
+                return Self { child, log, api };
+            }
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!("vigil exited with {status:?}:\n{}", tail(&log));
+            }
+            assert!(
+                Instant::now() < deadline,
+                "vigil did not discover within 120 s:\n{}",
+                tail(&log)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Fails the test if vigil is no longer running.
+    fn assert_running(&mut self) {
+        if let Some(status) = self.child.try_wait().unwrap() {
+            panic!("vigil exited with {status:?}:\n{}", tail(&self.log));
+        }
+    }
+
+    async fn get_json(&self, path: &str) -> serde_json::Value {
+        let answer = http(self.api, "GET", path).await;
+        assert_eq!(answer.status, 200, "{path}: {}", answer.body);
+        serde_json::from_str(&answer.body).unwrap()
+    }
+
+    /// Waits until every cluster of `names` is ONLINE.
+    async fn wait_online(&self, names: &[String]) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        for name in names {
+            loop {
+                let cluster = self.get_json(&format!("/api/v1/clusters/{name}")).await;
+                if cluster["status"] == "ONLINE" {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "{name} never went ONLINE: {cluster}\n{}",
+                    tail(&self.log)
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+
+    fn stop(mut self) {
+        sigterm(&self.child);
+        let status = wait_exit(&mut self.child, Duration::from_secs(20));
+        assert!(status.success(), "exit {status:?}\n{}", tail(&self.log));
+    }
+}
+
+/// One answer of vigil's API.
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    retry_after: Option<String>,
+    body: String,
+}
+
+/// One HTTP/1.1 request to vigil's API on a fresh connection, with the token.
+async fn http(api: std::net::SocketAddr, method: &str, path: &str) -> Answer {
+    use http_body_util::BodyExt;
+    let stream = tokio::net::TcpStream::connect(api).await.unwrap();
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    let request = hyper::Request::builder()
+        .method(method)
+        .uri(path)
+        .header(hyper::header::HOST, api.to_string())
+        .header(hyper::header::AUTHORIZATION, format!("Bearer {TOKEN}"))
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    let status = response.status().as_u16();
+    let retry_after = response
+        .headers()
+        .get(hyper::header::RETRY_AFTER)
+        .map(|v| v.to_str().unwrap().to_owned());
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    Answer {
+        status,
+        retry_after,
+        body: String::from_utf8_lossy(&bytes).into_owned(),
+    }
+}
+
+/// The sum of a counter's samples in a Prometheus scrape (every label set).
+fn counter_total(scrape: &str, name: &str) -> f64 {
+    scrape
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter(|line| {
+            line.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with("_total") || rest.starts_with('{'))
+        })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// How many namespace lists (probes) each cluster of `fleet` has been sent.
+fn probes_seen(fleet: &Fleet) -> BTreeMap<String, usize> {
+    fleet
+        .clusters()
+        .iter()
+        .map(|c| (c.name().to_owned(), c.log().entries_for(NAMESPACES).len()))
+        .collect()
+}
+
+/// 200 probe-now calls at once against 40 slow clusters, while a replacement plugin
+/// generation is on probation: each call gets the probe's answer or a 429 with
+/// `Retry-After` (or a 409 for a cluster already being probed); no probe is a plugin or
+/// host fault, the probation sees no inconclusive probe and is not rolled back, and every
+/// cluster keeps getting its scheduled probes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_probe_now_calls_is_bounded_and_the_schedule_and_probation_hold() {
+    const CLUSTERS: usize = 40;
+    const CALLS: usize = 200;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfigs = dir.path().join("kubeconfigs");
+    let fleet = Fleet::builder()
+        .clusters(CLUSTERS)
+        .addresses(AddressPlan::Auto)
+        .start()
+        .await
+        .unwrap();
+    write_kubeconfigs(
+        fleet.clusters(),
+        &kubeconfigs,
+        &KubeconfigOptions {
+            shapes: ShapePlan::Mixed,
+            single_file: false,
+        },
+    )
+    .unwrap();
+    let names: Vec<String> = fleet
+        .clusters()
+        .iter()
+        .map(|c| c.name().to_owned())
+        .collect();
+    let plugin_dir = plugins::plugin_dir_with_only(dir.path(), "kubeconfig-file");
+
+    let mut command = vigil(dir.path());
+    command
+        .arg("serve")
+        .env("KUBECONFIG_DIR", &kubeconfigs)
+        .env("VIGIL_PLUGIN_DIR", &plugin_dir)
+        .env("CLUSTER_HEALTH_INTERVAL", "5")
+        .env("CLUSTER_HEALTH_TIMEOUT", "3")
+        .env("CLUSTER_HEALTH_CONCURRENCY", "8")
+        // A replacement stays on probation through the test, and one inconclusive probe
+        // would roll it back.
+        .env("VIGIL_PLUGIN_PROBATION_PROBES", "100000")
+        .env("VIGIL_PLUGIN_PROBATION_MAX_INCONCLUSIVE", "0")
+        .env(
+            "RUST_LOG",
+            "info,vigil_plugin_host=debug,cranelift_codegen=info,wasmtime=info",
+        );
+    let mut vigil = Vigil::start(dir.path(), command).await;
+    vigil.wait_online(&names).await;
+
+    // A new generation of the plugin, on probation.
+    plugins::install(
+        &plugin_dir.join("kubeconfig-file.wasm"),
+        &plugins::plugin_variant("kubeconfig-file", "bounds-v2"),
+    );
+    let reload = http(vigil.api, "POST", "/api/v1/plugins/reload").await;
+    assert_eq!(reload.status, 200, "{}", reload.body);
+    let plugin = plugin_view(&vigil).await;
+    assert_eq!(
+        (plugin["state"].as_str(), plugin["generation"].as_u64()),
+        (Some("probation"), Some(2)),
+        "{plugin}"
+    );
+
+    // Slow clusters: every probe holds its slot for a while.
+    for cluster in fleet.clusters() {
+        cluster.delay(Duration::from_millis(700)).await.unwrap();
+    }
+    let calls: Vec<_> = (0..CALLS)
+        .map(|i| {
+            let api = vigil.api;
+            let name = names[i % CLUSTERS].clone();
+            tokio::spawn(async move {
+                http(api, "POST", &format!("/api/v1/clusters/{name}/probe")).await
+            })
+        })
+        .collect();
+    let mut by_status: BTreeMap<u16, usize> = BTreeMap::new();
+    for call in calls {
+        let answer = call.await.unwrap();
+        *by_status.entry(answer.status).or_default() += 1;
+        let problem: serde_json::Value =
+            serde_json::from_str(&answer.body).unwrap_or(serde_json::Value::Null);
+        match answer.status {
+            200 => assert_eq!(problem["outcome"], "healthy", "{}", answer.body),
+            429 => {
+                assert_eq!(
+                    problem["type"], "https://vigil.dev/problems/probes-busy",
+                    "{}",
+                    answer.body
+                );
+                let seconds: u64 = answer
+                    .retry_after
+                    .as_deref()
+                    .expect("a 429 says when to retry")
+                    .parse()
+                    .unwrap();
+                assert!((1..=10).contains(&seconds), "Retry-After {seconds}");
+            }
+            409 => assert_eq!(
+                problem["type"], "https://vigil.dev/problems/probe-in-progress",
+                "{}",
+                answer.body
+            ),
+            other => panic!("probe-now answered {other}: {}", answer.body),
+        }
+    }
+    assert!(
+        by_status.get(&429).copied().unwrap_or(0) > 0
+            && by_status.get(&200).copied().unwrap_or(0) > 0,
+        "the flood met the bound and some probes ran: {by_status:?}"
+    );
+    vigil.assert_running();
+
+    // The schedule goes on: every cluster gets its scheduled probes after the flood.
+    let before = probes_seen(&fleet);
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let now = probes_seen(&fleet);
+        let starved: Vec<&String> = names.iter().filter(|n| now[*n] < before[*n] + 2).collect();
+        if starved.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "clusters without two scheduled probes after the flood: {starved:?}\n{}",
+            tail(&vigil.log)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // No probe was anyone's fault, and the probation saw none inconclusive.
+    let scrape = http(vigil.api, "GET", "/metrics").await.body;
+    assert_eq!(
+        counter_total(&scrape, "vigil_plugin_faults"),
+        0.0,
+        "{scrape}"
+    );
+    assert_eq!(counter_total(&scrape, "vigil_host_faults"), 0.0, "{scrape}");
+    let plugin = plugin_view(&vigil).await;
+    assert_eq!(
+        (plugin["state"].as_str(), plugin["generation"].as_u64()),
+        (Some("probation"), Some(2)),
+        "not rolled back: {plugin}"
+    );
+    assert_eq!(plugin["faults"], 0, "{plugin}");
+    assert_eq!(plugin["probation"]["inconclusive"], 0, "{plugin}");
+    assert!(
+        plugin["probation"]["judged"].as_u64().unwrap() > 0,
+        "{plugin}"
+    );
+    for name in &names {
+        let cluster = vigil.get_json(&format!("/api/v1/clusters/{name}")).await;
+        assert_eq!(cluster["status"], "ONLINE", "{cluster}");
+        assert_eq!(cluster["last_outcome"], "healthy", "{cluster}");
+    }
+    vigil.stop();
+    fleet.shutdown().await;
+}
+
+async fn plugin_view(vigil: &Vigil) -> serde_json::Value {
+    let plugins = vigil.get_json("/api/v1/plugins").await;
+    plugins
+        .as_array()
+        .or_else(|| plugins["items"].as_array())
+        .expect("a list of plugins")
+        .iter()
+        .find(|p| p["name"] == "kubeconfig-file")
+        .cloned()
+        .expect("kubeconfig-file is listed")
+}
+
+/// Whether this process may make a private mount namespace and mount a tmpfs in it.
+fn private_tmpfs_works() -> bool {
+    Command::new("unshare")
+        .args(["-m", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /mnt"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Writes zeros to `path` until the file system holding it is full.
+fn fill(path: &Path) -> u64 {
+    let mut file = File::create(path).unwrap();
+    let block = vec![0u8; 64 * 1024];
+    let mut written = 0u64;
+    loop {
+        match file.write(&block) {
+            Ok(0) => break,
+            Ok(n) => written += n as u64,
+            Err(error) => {
+                assert_eq!(
+                    error.raw_os_error(),
+                    Some(28),
+                    "filling stopped with {error}, not ENOSPC"
+                );
+                break;
+            }
+        }
+    }
+    // What is still buffered may fail too: the file system is full either way.
+    let _ = file.sync_all();
+    written
+}
+
+/// The database on a 4 MiB tmpfs in a private mount namespace (as root, file modes do
+/// not stop writes; a full file system does), filled under a running engine: vigil stays
+/// up, each cluster is probed at most about once per interval (not back to back),
+/// `/readyz` answers 503 saying that store writes fail, and once space is freed the
+/// results are written again and `/readyz` recovers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_under_a_running_engine_backs_off_and_readyz_says_why() {
+    assert!(
+        private_tmpfs_works(),
+        "`unshare -m` with a tmpfs mount must work here (run as root)"
+    );
+    const INTERVAL: u64 = 1;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfigs = dir.path().join("kubeconfigs");
+    let db_dir = dir.path().join("db");
+    std::fs::create_dir_all(&db_dir).unwrap();
+    let fleet = Fleet::builder()
+        .clusters(3)
+        .addresses(AddressPlan::Auto)
+        .start()
+        .await
+        .unwrap();
+    write_kubeconfigs(
+        fleet.clusters(),
+        &kubeconfigs,
+        &KubeconfigOptions {
+            shapes: ShapePlan::Mixed,
+            single_file: false,
+        },
+    )
+    .unwrap();
+    let names: Vec<String> = fleet
+        .clusters()
+        .iter()
+        .map(|c| c.name().to_owned())
+        .collect();
+
+    // `vigil serve` in a mount namespace of its own, its database on a small tmpfs there.
+    let template = vigil(dir.path());
+    let mut command = Command::new("unshare");
+    command
+        .args([
+            "-m",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            "mount -t tmpfs -o size=4m tmpfs \"$1\" && shift && exec \"$@\"",
+            "sh",
+        ])
+        .arg(&db_dir)
+        .arg(template.get_program())
+        .arg("serve")
+        .current_dir(dir.path())
+        .env_clear()
+        .envs(
+            template
+                .get_envs()
+                .filter_map(|(k, v)| Some((k.to_owned(), v?.to_owned()))),
+        )
+        .stdin(Stdio::null())
+        .env(
+            "DATABASE_URL",
+            format!("sqlite://{}", db_dir.join("vigil.db").display()),
+        )
+        .env("KUBECONFIG_DIR", &kubeconfigs)
+        .env(
+            "VIGIL_PLUGIN_DIR",
+            plugins::plugin_dir_with_only(dir.path(), "kubeconfig-file"),
+        )
+        .env("CLUSTER_HEALTH_INTERVAL", INTERVAL.to_string())
+        .env("CLUSTER_HEALTH_TIMEOUT", "1")
+        .env("RUST_LOG", "info,cranelift_codegen=info,wasmtime=info");
+    let mut vigil = Vigil::start(dir.path(), command).await;
+    vigil.wait_online(&names).await;
+    // The tmpfs as vigil sees it: `sh` exec'd vigil, so the child is vigil itself.
+    let private_db_dir = PathBuf::from(format!("/proc/{}/root", vigil.child.id()))
+        .join(db_dir.strip_prefix("/").unwrap());
+    assert!(
+        private_db_dir.join("vigil.db").is_file(),
+        "the database lies on the private tmpfs"
+    );
+    assert!(
+        !db_dir.join("vigil.db").exists(),
+        "the tmpfs is not visible outside vigil's mount namespace"
+    );
+
+    let filler = private_db_dir.join("filler");
+    let filled = fill(&filler);
+    assert!(filled > 0);
+
+    // `/readyz` says that writes fail, and why.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let ready = loop {
+        let answer = http(vigil.api, "GET", "/readyz").await;
+        if answer.status == 503 {
+            break serde_json::from_str::<serde_json::Value>(&answer.body).unwrap();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "/readyz still answers {} after the disk filled: {}\n{}",
+            answer.status,
+            answer.body,
+            tail(&vigil.log)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(ready["store_writes"], false, "{ready}");
+    assert_eq!(ready["ready"], false, "{ready}");
+    let reasons = ready["reasons"].to_string();
+    assert!(
+        reasons.contains("store writes failing") && reasons.contains("full"),
+        "{ready}"
+    );
+
+    // Over a window of 10 intervals, each cluster is probed at least once (probing goes
+    // on) and at most once per interval and a little: never back to back.
+    let window = Duration::from_secs(10 * INTERVAL);
+    let before = probes_seen(&fleet);
+    tokio::time::sleep(window).await;
+    let after = probes_seen(&fleet);
+    vigil.assert_running();
+    for name in &names {
+        let probes = after[name] - before[name];
+        assert!(
+            (1..=12).contains(&probes),
+            "{name}: {probes} probes in {window:?} with the disk full\n{}",
+            tail(&vigil.log)
+        );
+    }
+
+    // Space again: results are written, `/readyz` recovers.
+    std::fs::remove_file(&filler).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let answer = http(vigil.api, "GET", "/readyz").await;
+        if answer.status == 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "/readyz did not recover after space was freed: {}",
+            answer.body
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    vigil.stop();
+    fleet.shutdown().await;
+}
+
+/// The worker's reads of the schedule fail for a while (the table is renamed away under
+/// it): the worker logs, backs off and keeps running, and probes every cluster again once
+/// the reads work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_schedule_read_is_retried_and_the_worker_keeps_running() {
+    use sqlx::Connection as _;
+    let sandbox = Sandbox::new();
+    let store = sandbox.store().await;
+    let names = ["a", "b"];
+    for (i, name) in names.iter().enumerate() {
+        let reference = sandbox.kubeconfig(name, 41_000 + u16::try_from(i).unwrap());
+        store
+            .register_cluster(
+                name,
+                "https://127.0.0.1",
+                &reference,
+                &PolicyOverrides::default(),
+                vigil_domain::probe::wall_clock(),
+            )
+            .await
+            .unwrap();
+    }
+    let prober = ScriptedProber::new(Behaviour::healthy());
+    let worker = vigil_engine::worker::Worker::new(store.clone(), prober.clone(), settings(1, 2));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(worker.run(async move {
+        let _ = stopped.await;
+    }));
+    wait_until(Duration::from_secs(10), "both clusters are probed", || {
+        let prober = prober.clone();
+        async move { names.iter().all(|n| prober.call_count(n) >= 1) }
+    })
+    .await;
+
+    // Another connection takes the table away: every read of the schedule fails.
+    let mut admin =
+        sqlx::SqliteConnection::connect(&format!("sqlite://{}?mode=rw", sandbox.db().display()))
+            .await
+            .unwrap();
+    sqlx::query("ALTER TABLE clusters RENAME TO clusters_away")
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    // Long enough for many looks of the worker (it looks at least every 100 ms).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        !running.is_finished(),
+        "the worker ended on a failed read: {:?}",
+        running.await
+    );
+    let during: Vec<usize> = names.iter().map(|n| prober.call_count(n)).collect();
+
+    sqlx::query("ALTER TABLE clusters_away RENAME TO clusters")
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    admin.close().await.unwrap();
+    wait_until(
+        Duration::from_secs(30),
+        "both clusters are probed again",
+        || {
+            let prober = prober.clone();
+            let during = during.clone();
+            async move {
+                names
+                    .iter()
+                    .zip(&during)
+                    .all(|(n, seen)| prober.call_count(n) > *seen)
+            }
+        },
+    )
+    .await;
+    let _ = stop.send(());
+    let stats = running.await.unwrap();
+    assert!(stats.applied >= 4, "{stats:?}");
+    store.close().await;
+}

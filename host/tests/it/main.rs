@@ -1,0 +1,22 @@
+//! The `vigil` binary's integration tests: `vigil serve` and the other commands run as
+//! processes (one shared harness, [`process`]), end to end with the first-party plugins and
+//! the fake Kubernetes API server.
+
+mod api_bounds;
+mod api_guard;
+mod audit_plugin;
+mod bounds;
+mod cli_audit;
+mod cli_client;
+mod cli_discover;
+mod cli_plugin_check;
+mod demo;
+mod http_plugin;
+mod least_privilege;
+mod plugins_doc;
+mod plugins_e2e;
+mod plugins_live;
+mod process;
+mod retention;
+mod serve;
+mod ssrf;

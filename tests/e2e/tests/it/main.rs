@@ -1,0 +1,4 @@
+//! The whole engine against the fake Kubernetes API server over real TLS, with the native
+//! prober.
+
+mod engine;

@@ -1,0 +1,8 @@
+//! The fake Kubernetes API server, checked against real clients (kube, kubectl) and
+//! its own fault controls.
+
+mod faults;
+mod kube_client;
+mod kubectl;
+mod resources;
+mod server;
