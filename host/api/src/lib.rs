@@ -8,6 +8,8 @@
 //! token a request must also be addressed to vigil (its `Host`), and a change must not come
 //! from another origin's page (its `Origin`): see [`auth`].
 
+#![forbid(unsafe_code)]
+
 pub mod auth;
 pub mod problem;
 pub mod server;

@@ -1,8 +1,6 @@
 //! The real `pdb-audit.wasm` run by the plugin runtime against fake API servers on loopback:
 //! one fixture cluster per finding, a clean cluster that yields no finding at all, a cluster
 //! whose pods cannot be listed (403), and a plugin whose memory cap is too small to run.
-//!
-//! A missing plugin file fails the test: run `scripts/build-plugins` first.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -15,9 +15,9 @@ use vigil_decision::PolicyOverrides;
 use vigil_fake_kube::kubeconfig::write_kubeconfigs;
 use vigil_fake_kube::{AddressPlan, Fleet, KubeconfigOptions, ShapePlan};
 
-use vigil_test_support::engine;
-use vigil_test_support as plugins;
 use crate::process;
+use vigil_test_support as plugins;
+use vigil_test_support::engine;
 
 use engine::{Behaviour, Sandbox, ScriptedProber, settings, wait_until};
 use process::{Running, log_lines, message, sigterm, tail, vigil, wait_exit};

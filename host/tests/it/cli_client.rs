@@ -12,8 +12,8 @@ use vigil_fake_kube::kubeconfig::write_kubeconfigs;
 use vigil_fake_kube::{AddressPlan, Fleet, KubeconfigOptions, ShapePlan};
 use vigil_store::Store;
 
-use vigil_test_support as plugins;
 use crate::process;
+use vigil_test_support as plugins;
 
 use process::{Running, sigterm, vigil, wait_exit};
 

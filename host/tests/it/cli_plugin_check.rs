@@ -135,7 +135,12 @@ fn the_template_and_first_party_plugins_are_accepted_with_their_info_and_grants(
     // Without its NAME.toml a plugin loads with every grant denied, and says so.
     let bare_dir = dir.join("bare");
     std::fs::create_dir_all(&bare_dir).expect("mkdir");
-    let bare = stage(&bare_dir, "http", &vigil_test_support::plugin_file("http"), None);
+    let bare = stage(
+        &bare_dir,
+        "http",
+        &vigil_test_support::plugin_file("http"),
+        None,
+    );
     let run = check(dir, &[bare.to_str().expect("utf-8")], &[]);
     assert_eq!(run.code, Some(0), "{run}");
     assert!(

@@ -1,5 +1,5 @@
-//! The first-party `http` plugin (`plugins.d/http.wasm` with its `http.toml`, built by
-//! `scripts/build-plugins`) run by the real plugin runtime against test servers on
+//! The first-party `http` plugin (`http.wasm` with its `http.toml`, built by cargo for the
+//! tests) run by the real plugin runtime against test servers on
 //! loopback, plain HTTP and HTTPS with a private CA: every condition passes, and fails
 //! with the value seen; a credential header given as a `file:///` reference reaches the
 //! server and never the REST API nor the report.

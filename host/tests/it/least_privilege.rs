@@ -4,7 +4,7 @@
 //! reference ends within the probe's deadline, plugins are loaded only from a directory
 //! that no other user can change, and a plugin's output cannot forge lines of the log.
 //!
-//! The plugin tests load built plugins (`scripts/build-plugins`; a missing one fails).
+//! The plugin tests load the plugins cargo built for the tests.
 
 use vigil_test_support::engine as support;
 

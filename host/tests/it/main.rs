@@ -2,6 +2,8 @@
 //! processes (one shared harness, [`process`]), end to end with the first-party plugins and
 //! the fake Kubernetes API server.
 
+#![forbid(unsafe_code)]
+
 mod api_bounds;
 mod api_guard;
 mod audit_plugin;

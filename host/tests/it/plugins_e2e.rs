@@ -24,8 +24,8 @@ use vigil_fake_kube::{
 };
 use vigil_store::{ClusterRecord, Store};
 
-use vigil_test_support as plugins;
 use crate::process;
+use vigil_test_support as plugins;
 
 use process::{Running, log_lines, message, read_log, sigterm, tail, vigil, wait_exit};
 

@@ -18,8 +18,8 @@ use vigil_domain::probe::wall_clock;
 use vigil_fake_kube::{AddressPlan, Fixtures, Fleet, KubeconfigOptions, KubeconfigShape};
 use vigil_store::{ClusterRecord, Store};
 
-use vigil_test_support as plugins;
 use crate::process;
+use vigil_test_support as plugins;
 
 use plugins::{install, plugin_file, plugin_variant};
 use process::{Running, log_lines, message, sigterm, tail, vigil, wait_exit};

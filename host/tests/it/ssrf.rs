@@ -26,8 +26,8 @@ use vigil_engine::worker::Worker;
 use vigil_plugin_host::{PluginRuntime, RuntimeSettings};
 use vigil_store::{NewCluster, Store};
 
-use vigil_test_support as plugins;
 use crate::process;
+use vigil_test_support as plugins;
 use vigil_test_support::engine as support;
 
 use support::{Behaviour, ScriptedProber};
@@ -317,18 +317,9 @@ impl CountingServer {
 fn http_plugin_dir(dir: &Path) -> PathBuf {
     let plugins = dir.join("plugins.d");
     std::fs::create_dir_all(&plugins).expect("mkdir");
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("root")
-        .join("plugins.d");
+    let built = vigil_test_support::first_party_dir();
     for file in ["http.wasm", "http.toml"] {
-        let built = root.join(file);
-        assert!(
-            built.is_file(),
-            "{} is missing: run scripts/build-plugins",
-            built.display()
-        );
-        std::fs::copy(&built, plugins.join(file)).expect("copy");
+        std::fs::copy(built.join(file), plugins.join(file)).expect("copy");
     }
     plugins
 }

@@ -145,6 +145,12 @@ pub struct Sandbox {
     pub dir: tempfile::TempDir,
 }
 
+impl Default for Sandbox {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Sandbox {
     pub fn new() -> Self {
         Self {

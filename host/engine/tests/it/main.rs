@@ -1,6 +1,8 @@
 //! The engine's integration tests: the worker, the brake and metrics on a temporary SQLite
 //! file with a scripted prober.
 
+#![forbid(unsafe_code)]
+
 mod brake;
 mod metrics;
 mod scenario;

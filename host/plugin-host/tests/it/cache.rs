@@ -2,8 +2,6 @@
 //! writes, a second one loads the artifact and the plugin still probes a fake cluster;
 //! damaged, foreign or misplaced artifacts are never loaded but deleted and rewritten; a
 //! changed plugin file gets a new key.
-//!
-//! A missing plugin file fails the test: run `scripts/build-plugins` first.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

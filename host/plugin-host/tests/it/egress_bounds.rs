@@ -3,8 +3,6 @@
 //! server, ones with large bodies it never reads) and asks for a credential it may not
 //! have again and again. The host bounds the requests in flight and the bytes it holds,
 //! and logs the refusals of the call as one summary line.
-//!
-//! A missing plugin file fails the test: run `scripts/build-plugins` first.
 
 use vigil_test_support as plugins;
 

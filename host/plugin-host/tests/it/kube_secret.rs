@@ -5,7 +5,7 @@
 //! always given explicitly).
 //!
 //! The whole process log is captured at trace level and scanned for every secret the
-//! Secrets hold. A missing plugin file fails the test: run `scripts/build-plugins` first.
+//! Secrets hold.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -1,9 +1,7 @@
 //! The plugin runtime running real `.wasm` plugins: the first-party `kubeconfig-file`
 //! plugin as the positive control, and the hostile test plugins of `tests/plugins/`
-//! (built by `scripts/build-plugins` into `target/test-plugins/`), against fake API
+//! (built by cargo for the tests, see `vigil-test-support`), against fake API
 //! servers on loopback.
-//!
-//! A missing plugin file fails the test: run `scripts/build-plugins` first.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
