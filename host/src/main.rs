@@ -11,7 +11,7 @@ use clap::Parser;
 use serde_json::json;
 use tracing_subscriber::EnvFilter;
 use vigil::cli::{
-    Cli, Command, DiscoverArgs, OutputFormat, PluginCheckArgs, PluginCommand, ProbeArgs,
+    Cli, Command, DiscoverArgs, OutputFormat, PluginCheckArgs, PluginCommand, ProbeArgs, ServeArgs,
     ServerArgs, StatusArgs,
 };
 use vigil::client::{ApiClient, ClientError, status_table};
@@ -25,14 +25,66 @@ use vigil_engine::discovery_preview::preview;
 use vigil_engine::worker::{WorkerSettings, probe_once};
 use vigil_store::{ClusterRecord, ClusterSource, ExistingDatabase, Store, StoreError};
 
-/// Exit code: the command could not do its work.
-const EXIT_ERROR: u8 = 1;
-/// Exit code: invalid settings or arguments (clap uses it too).
-const EXIT_SETTINGS: u8 = 2;
-/// Exit code of `vigil probe`: the probe ran and the outcome is not healthy.
-const EXIT_NOT_HEALTHY: u8 = 3;
-/// Exit code of `vigil plugin check`: vigil refuses the plugin.
-const EXIT_REFUSED: u8 = 4;
+/// How a command ended, and so how vigil exits: the one mapping from results and errors to
+/// the exit codes the README documents. Messages are printed once, by [`Exit::report`].
+#[derive(Debug)]
+enum Exit {
+    /// 0: the command did its work (and a probe was healthy, a plugin accepted).
+    Done,
+    /// 1: the command could not do its work; the message says why.
+    Failed(String),
+    /// 1, already reported on standard error (a problem answered by the server).
+    FailedReported,
+    /// 2: invalid settings or arguments (clap uses it too).
+    Settings(String),
+    /// 3 (`vigil serve`): another engine holds the database.
+    Locked(String),
+    /// 3 (`vigil probe`, `vigil plugin check --cluster`): the probe ran and is not healthy.
+    NotHealthy,
+    /// 4 (`vigil plugin check`): vigil refuses the plugin (the refusal is printed).
+    Refused,
+    /// `vigil audit`'s own code: 0 no blocking finding, 1 a blocking one, 2 bad input.
+    Audit(u8),
+}
+
+impl Exit {
+    /// An error the command could not get past, with its sources on one line.
+    fn failed(error: &dyn std::error::Error) -> Self {
+        Self::Failed(error_chain(error))
+    }
+
+    /// The exit code.
+    fn code(&self) -> u8 {
+        match self {
+            Self::Done => 0,
+            Self::Failed(_) | Self::FailedReported => 1,
+            Self::Settings(_) => 2,
+            Self::Locked(_) | Self::NotHealthy => 3,
+            Self::Refused => 4,
+            Self::Audit(code) => *code,
+        }
+    }
+
+    /// Prints the message, if any, and gives the exit code.
+    fn report(self) -> ExitCode {
+        if let Self::Failed(message) | Self::Settings(message) | Self::Locked(message) = &self {
+            eprintln!("error: {message}");
+        }
+        ExitCode::from(self.code())
+    }
+}
+
+impl From<ServeError> for Exit {
+    fn from(error: ServeError) -> Self {
+        let message = error_chain(&error);
+        match error {
+            // The tokens file changed between the settings' check and the start.
+            ServeError::Tokens(_) => Self::Settings(message),
+            ServeError::Locked(_) => Self::Locked(message),
+            _ => Self::Failed(message),
+        }
+    }
+}
 
 /// mimalloc instead of glibc's malloc: per-thread free lists without a lock, where glibc
 /// spent a third of the CPU of a 500-cluster page in `malloc`/`free` and their
@@ -42,47 +94,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {
-        Command::Serve(args) => {
-            let mut config = match args.engine_config(std::env::home_dir()) {
-                Ok(config) => config,
-                Err(error) => {
-                    eprintln!("error: {error}");
-                    return ExitCode::from(2);
-                }
-            };
-            init_logging(config.log_format, "info");
-            if let Err(code) = fit_open_files(&mut config) {
-                return code;
-            }
-            let runtime = match tokio::runtime::Runtime::new() {
-                Ok(runtime) => runtime,
-                Err(error) => {
-                    eprintln!("error: cannot start the async runtime: {error}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            let result = runtime.block_on(serve_with_plugins(&config, shutdown_signal()));
-            match result {
-                Ok(_) => ExitCode::SUCCESS,
-                // The tokens file changed between the settings' check and the start.
-                Err(error @ ServeError::Tokens(_)) => {
-                    tracing::error!("{}", error_chain(&error));
-                    eprintln!("error: {}", error_chain(&error));
-                    ExitCode::from(2)
-                }
-                Err(error @ ServeError::Locked(_)) => {
-                    tracing::error!("{}", error_chain(&error));
-                    eprintln!("error: {}", error_chain(&error));
-                    ExitCode::from(3)
-                }
-                Err(error) => {
-                    tracing::error!("{}", error_chain(&error));
-                    eprintln!("error: {}", error_chain(&error));
-                    ExitCode::FAILURE
-                }
-            }
-        }
+    let exit = match cli.command {
+        Command::Serve(args) => serve(&args),
         Command::Discover(args) => discover(&args),
         Command::Status(args) => status(&args),
         Command::Probe(args) => probe(&args),
@@ -96,15 +109,39 @@ fn main() -> ExitCode {
             );
             eprint!("{errors}");
             print(&output);
-            ExitCode::from(code)
+            Exit::Audit(code)
         }
         Command::Plugin(PluginCommand::Check(args)) => plugin_check(&args),
+    };
+    exit.report()
+}
+
+/// `vigil serve`, until SIGINT or SIGTERM.
+fn serve(args: &ServeArgs) -> Exit {
+    let mut config = match args.engine_config(std::env::home_dir()) {
+        Ok(config) => config,
+        Err(error) => return Exit::Settings(error.to_string()),
+    };
+    init_logging(config.log_format, "info");
+    if let Err(exit) = fit_open_files(&mut config) {
+        return exit;
+    }
+    let runtime = match async_runtime(Workers::OnePerCore) {
+        Ok(runtime) => runtime,
+        Err(exit) => return exit,
+    };
+    match runtime.block_on(serve_with_plugins(&config, shutdown_signal())) {
+        Ok(_) => Exit::Done,
+        Err(error) => {
+            tracing::error!("{}", error_chain(&error));
+            error.into()
+        }
     }
 }
 
 /// Raises the open-files limit to its hard limit and fits the API's connection cap in it
 /// (`vigil::open_files`): a cap the operator set that does not fit stops start-up (exit 2).
-fn fit_open_files(config: &mut EngineConfig) -> Result<(), ExitCode> {
+fn fit_open_files(config: &mut EngineConfig) -> Result<(), Exit> {
     let limit = match vigil::open_files::raise_to_hard_limit() {
         Ok(limit) => limit,
         Err(error) => {
@@ -134,8 +171,7 @@ fn fit_open_files(config: &mut EngineConfig) -> Result<(), ExitCode> {
         }
         Err(error) => {
             tracing::error!("{error}");
-            eprintln!("error: {error}");
-            Err(ExitCode::from(EXIT_SETTINGS))
+            Err(Exit::Settings(error.to_string()))
         }
     }
 }
@@ -145,27 +181,35 @@ fn print(text: &str) {
     let _ = std::io::stdout().lock().write_all(text.as_bytes());
 }
 
-fn async_runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|error| {
-            eprintln!("error: cannot start the async runtime: {error}");
-            ExitCode::from(EXIT_ERROR)
-        })
+/// How many threads run a command's tasks.
+#[derive(Debug, Clone, Copy)]
+enum Workers {
+    /// One per core: `vigil serve`.
+    OnePerCore,
+    /// Two: the one-off commands, which wait on one thing at a time.
+    Two,
 }
 
-fn api_client(server: &ServerArgs) -> Result<ApiClient, ExitCode> {
-    ApiClient::new(&server.server, server.token.as_deref()).map_err(|error| {
-        eprintln!("error: {error}");
-        ExitCode::from(EXIT_SETTINGS)
-    })
+/// The one way vigil builds its async runtime.
+fn async_runtime(workers: Workers) -> Result<tokio::runtime::Runtime, Exit> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Workers::Two = workers {
+        builder.worker_threads(2);
+    }
+    builder
+        .enable_all()
+        .build()
+        .map_err(|error| Exit::Failed(format!("cannot start the async runtime: {error}")))
+}
+
+fn api_client(server: &ServerArgs) -> Result<ApiClient, Exit> {
+    ApiClient::new(&server.server, server.token.as_deref())
+        .map_err(|error| Exit::Settings(error.to_string()))
 }
 
 /// Prints a failed call to the server; a problem's title, detail and field each on
 /// their own line.
-fn client_failed(error: &ClientError) -> ExitCode {
+fn client_failed(error: &ClientError) -> Exit {
     match error {
         ClientError::Problem { url, problem } => {
             eprintln!(
@@ -180,20 +224,20 @@ fn client_failed(error: &ClientError) -> ExitCode {
                 eprintln!("  field:  {field}");
             }
         }
-        other => eprintln!("error: {other}"),
+        other => return Exit::Failed(other.to_string()),
     }
-    ExitCode::from(EXIT_ERROR)
+    Exit::FailedReported
 }
 
 /// `vigil status`: the clusters of a running server.
-fn status(args: &StatusArgs) -> ExitCode {
+fn status(args: &StatusArgs) -> Exit {
     let client = match api_client(&args.server) {
         Ok(client) => client,
-        Err(code) => return code,
+        Err(exit) => return exit,
     };
-    let runtime = match async_runtime() {
+    let runtime = match async_runtime(Workers::Two) {
         Ok(runtime) => runtime,
-        Err(code) => return code,
+        Err(exit) => return exit,
     };
     match runtime.block_on(client.clusters()) {
         Ok(clusters) => {
@@ -201,7 +245,7 @@ fn status(args: &StatusArgs) -> ExitCode {
                 OutputFormat::Table => print(&status_table(&clusters, SystemTime::now())),
                 OutputFormat::Json => print(&(json_text(&serde_json::Value::Array(clusters)))),
             }
-            ExitCode::SUCCESS
+            Exit::Done
         }
         Err(error) => client_failed(&error),
     }
@@ -212,32 +256,26 @@ fn json_text(value: &serde_json::Value) -> String {
 }
 
 /// `vigil probe CLUSTER [--apply]`.
-fn probe(args: &ProbeArgs) -> ExitCode {
+fn probe(args: &ProbeArgs) -> Exit {
     if args.apply {
         return probe_through_server(args);
     }
     let home_dir = std::env::home_dir();
     let plugins = match args.plugins.config(home_dir.as_deref()) {
         Ok(plugins) => plugins,
-        Err(error) => {
-            eprintln!("error: {error}");
-            return ExitCode::from(EXIT_SETTINGS);
-        }
+        Err(error) => return Exit::Settings(error.to_string()),
     };
     let database_path = match args.sources.database_path() {
         Ok(path) => path,
-        Err(error) => {
-            eprintln!("error: {error}");
-            return ExitCode::from(EXIT_SETTINGS);
-        }
+        Err(error) => return Exit::Settings(error.to_string()),
     };
     let discovery_settings = args.sources.discovery_settings(home_dir);
     // Plugin loading and probing log what they refuse or find wrong; a one-off command
     // shows warnings unless RUST_LOG asks for more.
     init_logging(LogFormat::Text, "warn");
-    let runtime = match async_runtime() {
+    let runtime = match async_runtime(Workers::Two) {
         Ok(runtime) => runtime,
-        Err(code) => return code,
+        Err(exit) => return exit,
     };
     runtime.block_on(async {
         let database = database_path
@@ -246,24 +284,17 @@ fn probe(args: &ProbeArgs) -> ExitCode {
         let found = match find_cluster(&args.cluster, database, &discovery_settings).await {
             Ok(Some(found)) => found,
             Ok(None) => {
-                eprintln!(
-                    "error: no cluster named `{}`: it is neither in the database nor a context of \
+                return Exit::Failed(format!(
+                    "no cluster named `{}`: it is neither in the database nor a context of \
                      the kubeconfig sources (see `vigil discover --dry-run`)",
                     args.cluster
-                );
-                return ExitCode::from(EXIT_ERROR);
+                ));
             }
-            Err(error) => {
-                eprintln!("error: {}", error_chain(&error));
-                return ExitCode::from(EXIT_ERROR);
-            }
+            Err(error) => return Exit::failed(&error),
         };
         let prober = match load_plugins(&plugins, &discovery_settings, 1).await {
             Ok(prober) => prober,
-            Err(error) => {
-                eprintln!("error: {}", error_chain(&error));
-                return ExitCode::from(EXIT_ERROR);
-            }
+            Err(error) => return Exit::failed(&error),
         };
         let defaults = HealthPolicy {
             timeout_seconds: args.timeout,
@@ -294,38 +325,29 @@ fn probe(args: &ProbeArgs) -> ExitCode {
 }
 
 /// `vigil plugin check FILE.wasm [--cluster NAME]`.
-fn plugin_check(args: &PluginCheckArgs) -> ExitCode {
+fn plugin_check(args: &PluginCheckArgs) -> Exit {
     let home_dir = std::env::home_dir();
     // The file is loaded from a private temporary plugin directory; the cache and
     // credential settings are checked as `vigil serve` checks them.
     let dir = match vigil::plugin_check::private_dir() {
         Ok(dir) => dir,
-        Err(error) => {
-            eprintln!("error: {}", error_chain(&error));
-            return ExitCode::from(EXIT_ERROR);
-        }
+        Err(error) => return Exit::failed(&error),
     };
     let plugins = match args.plugin_config(dir.path(), home_dir.as_deref()) {
         Ok(plugins) => plugins,
-        Err(error) => {
-            eprintln!("error: {error}");
-            return ExitCode::from(EXIT_SETTINGS);
-        }
+        Err(error) => return Exit::Settings(error.to_string()),
     };
     let database_path = match args.sources.database_path() {
         Ok(path) => path,
-        Err(error) => {
-            eprintln!("error: {error}");
-            return ExitCode::from(EXIT_SETTINGS);
-        }
+        Err(error) => return Exit::Settings(error.to_string()),
     };
     let discovery_settings = args.sources.discovery_settings(home_dir);
     // The refusal is printed below in full; the runtime's own log line would repeat it
     // with the temporary directory's path. RUST_LOG shows more.
     init_logging(LogFormat::Text, "error");
-    let runtime = match async_runtime() {
+    let runtime = match async_runtime(Workers::Two) {
         Ok(runtime) => runtime,
-        Err(code) => return code,
+        Err(exit) => return exit,
     };
     runtime.block_on(async {
         let settings = CheckSettings {
@@ -341,19 +363,16 @@ fn plugin_check(args: &PluginCheckArgs) -> ExitCode {
                 if let (OutputFormat::Json, Some(refusal)) = (args.output, error.refusal_json()) {
                     print(&json_text(&refusal));
                 }
-                return ExitCode::from(EXIT_REFUSED);
+                return Exit::Refused;
             }
-            Err(error) => {
-                eprintln!("error: {}", error_chain(&error));
-                return ExitCode::from(EXIT_ERROR);
-            }
+            Err(error) => return Exit::failed(&error),
         };
         let Some(name) = &args.cluster else {
             print(&match args.output {
                 OutputFormat::Table => checked.describe(),
                 OutputFormat::Json => json_text(&checked.to_json()),
             });
-            return ExitCode::SUCCESS;
+            return Exit::Done;
         };
         if args.output == OutputFormat::Table {
             print(&checked.describe());
@@ -364,16 +383,12 @@ fn plugin_check(args: &PluginCheckArgs) -> ExitCode {
         let found = match find_cluster(name, database, &discovery_settings).await {
             Ok(Some(found)) => found,
             Ok(None) => {
-                eprintln!(
-                    "error: no cluster named `{name}`: it is neither in the database nor a context of \
+                return Exit::Failed(format!(
+                    "no cluster named `{name}`: it is neither in the database nor a context of \
                      the kubeconfig sources (see `vigil discover --dry-run`)"
-                );
-                return ExitCode::from(EXIT_ERROR);
+                ));
             }
-            Err(error) => {
-                eprintln!("error: {}", error_chain(&error));
-                return ExitCode::from(EXIT_ERROR);
-            }
+            Err(error) => return Exit::failed(&error),
         };
         let defaults = HealthPolicy {
             timeout_seconds: args.timeout,
@@ -510,24 +525,24 @@ fn probe_text(found: &FoundCluster, probed: &Probed, elapsed: Duration) -> Strin
     text
 }
 
-/// The exit code for an outcome's label.
-fn outcome_code(label: &str) -> ExitCode {
+/// How a command that probed ends, by the outcome's label.
+fn outcome_code(label: &str) -> Exit {
     if label == "healthy" {
-        ExitCode::SUCCESS
+        Exit::Done
     } else {
-        ExitCode::from(EXIT_NOT_HEALTHY)
+        Exit::NotHealthy
     }
 }
 
 /// `vigil probe CLUSTER --apply`: the running server probes and records.
-fn probe_through_server(args: &ProbeArgs) -> ExitCode {
+fn probe_through_server(args: &ProbeArgs) -> Exit {
     let client = match api_client(&args.server) {
         Ok(client) => client,
-        Err(code) => return code,
+        Err(exit) => return exit,
     };
-    let runtime = match async_runtime() {
+    let runtime = match async_runtime(Workers::Two) {
         Ok(runtime) => runtime,
-        Err(code) => return code,
+        Err(exit) => return exit,
     };
     let started = Instant::now();
     let answer = match runtime.block_on(client.probe(&args.cluster)) {
@@ -536,11 +551,10 @@ fn probe_through_server(args: &ProbeArgs) -> ExitCode {
     };
     let elapsed = started.elapsed();
     let Some(outcome) = answer["outcome"].as_str() else {
-        eprintln!(
-            "error: unexpected answer from {}: no `outcome` in the probe result",
+        return Exit::Failed(format!(
+            "unexpected answer from {}: no `outcome` in the probe result",
             client.url()
-        );
-        return ExitCode::from(EXIT_ERROR);
+        ));
     };
     match args.output {
         OutputFormat::Table => {
@@ -573,38 +587,29 @@ fn probe_through_server(args: &ProbeArgs) -> ExitCode {
 
 /// `vigil discover --dry-run`: prints what discovery finds and what `vigil serve`
 /// would write, writing nothing.
-fn discover(args: &DiscoverArgs) -> ExitCode {
+fn discover(args: &DiscoverArgs) -> Exit {
     if !args.dry_run {
         // The engine discovers by itself (at start-up and on every kubeconfig
         // change); a second writer of discovered clusters beside it would only race
         // it, so this command exists to preview.
-        eprintln!(
-            "error: `vigil discover` only previews: add --dry-run. `vigil serve` discovers by \
+        return Exit::Settings(
+            "`vigil discover` only previews: add --dry-run. `vigil serve` discovers by \
              itself, at start-up and whenever a kubeconfig changes."
+                .to_owned(),
         );
-        return ExitCode::from(2);
     }
     let database_path = match args.sources.database_path() {
         Ok(path) => path,
-        Err(error) => {
-            eprintln!("error: {error}");
-            return ExitCode::from(2);
-        }
+        Err(error) => return Exit::Settings(error.to_string()),
     };
     let sources = if args.files.is_empty() {
         Sources::from_settings(&args.sources.discovery_settings(std::env::home_dir()))
     } else {
         Sources::new(args.files.iter().cloned(), None)
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match async_runtime(Workers::Two) {
         Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("error: cannot start the async runtime: {error}");
-            return ExitCode::FAILURE;
-        }
+        Err(exit) => return exit,
     };
     let planned = runtime.block_on(preview(
         &sources,
@@ -620,12 +625,9 @@ fn discover(args: &DiscoverArgs) -> ExitCode {
             };
             // A closed pipe (`| head`) is not an error of the preview.
             let _ = std::io::stdout().lock().write_all(text.as_bytes());
-            ExitCode::SUCCESS
+            Exit::Done
         }
-        Err(error) => {
-            eprintln!("error: {}", error_chain(&error));
-            ExitCode::FAILURE
-        }
+        Err(error) => Exit::failed(&error),
     }
 }
 

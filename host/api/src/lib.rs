@@ -1,4 +1,4 @@
-//! The REST API: the only module that knows HTTP and JSON.
+//! The REST API of vigil: the only crate that knows axum and serves HTTP.
 //!
 //! [`app`] builds the whole router from an [`ApiState`]; tests drive it with `oneshot`
 //! and no socket. Every route is declared with `utoipa`, so `/openapi.json` is generated

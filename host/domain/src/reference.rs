@@ -485,7 +485,7 @@ fn resolve_config(
 /// may hold many), it reads exactly what the host resolved (one reading, so host and plugin
 /// cannot disagree on it), and JSON — which is YAML, so any kubeconfig reader takes it —
 /// parses in microseconds where a kubeconfig's YAML takes a WebAssembly guest hundreds
-/// (BENCHMARKS.md, "Plugin overhead"). Paths stay as written: `credentials.read-file`
+/// (BENCHMARKS.md, "Plugin runtime overhead"). Paths stay as written: `credentials.read-file`
 /// resolves them against the kubeconfig's directory, as before.
 fn served_kubeconfig(
     config: &Kubeconfig,

@@ -21,8 +21,8 @@ pub const TICKER_LINGER: Duration = Duration::from_secs(1);
 /// part (the plugin's cap at most) lands in reserved, inaccessible pages and traps. It is
 /// only address space (about 4 GiB a pool slot, nothing resident); wasmtime's own default.
 /// Reserving only the cap instead cost the `kubeconfig-file` plugin about 54,000 more
-/// instructions a probe — a fifth of its guest code's (BENCHMARKS.md, plugin runtime
-/// overhead, "Fifth follow-up").
+/// instructions a probe — a fifth of its guest code's (BENCHMARKS.md, "Plugin runtime
+/// overhead").
 const MEMORY_RESERVATION_BYTES: u64 = 1 << 32;
 
 /// The guard region after each linear memory, which lets a load's or store's static

@@ -1,4 +1,4 @@
-//! The plugin runtime: the only code that knows wasmtime.
+//! The plugin runtime of vigil: the only crate that knows wasmtime.
 //!
 //! [`PluginRuntime::load`] compiles every `NAME.wasm` of the plugin directory (through a
 //! compiled-code cache), checks the world and contract version it targets, reads its
@@ -11,10 +11,10 @@
 //! every host call. [`PluginRuntime`] implements [`Prober`]: it routes a cluster to a
 //! plugin (its explicit plugin, else by priority among those that accept it) and maps what
 //! the call did to a [`ProbeOutcome`] by the rules of docs/rules.md#whose-fault (see
-//! `runtime/outcome.rs`).
+//! `outcome.rs`).
 //!
 //! Plugins reach the network through two doors, both behind one egress policy (see
-//! `runtime/egress.rs`): the contract's `http` interface, with per-request TLS material,
+//! `egress.rs`): the contract's `http` interface, with per-request TLS material,
 //! and the standard `wasi:http` outgoing handler, for authors of ordinary `wasi:http`
 //! crates. A `wasi:http` request to the cluster's API server is verified with the
 //! kubeconfig's cluster TLS settings (CA, server name, skip-verify); any other `https`

@@ -1,5 +1,5 @@
 -- vigil's first schema. Times are integer milliseconds since the Unix epoch.
--- Everything the health rules need survives a restart (DESIGN §1, R4).
+-- Everything the health rules need survives a restart (docs/rules.md#restart-loses-nothing).
 
 CREATE TABLE clusters (
     id                       INTEGER PRIMARY KEY,
@@ -54,7 +54,8 @@ CREATE TABLE apps (
     cluster_id         INTEGER NOT NULL REFERENCES clusters (id),
     status             TEXT    NOT NULL DEFAULT 'PENDING'
                                CHECK (status IN ('PENDING', 'DEPLOYED', 'DEGRADED', 'FAILED')),
-    -- Set only by this engine's cascade: the outage that degraded the app (R1, R7).
+    -- Set only by this engine's cascade: the outage that degraded the app
+    -- (docs/rules.md#restore-exactly, docs/rules.md#marker-cleared).
     degraded_by_outage INTEGER REFERENCES outages (id),
     created_at         INTEGER NOT NULL,
     updated_at         INTEGER NOT NULL

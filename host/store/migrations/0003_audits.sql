@@ -1,4 +1,4 @@
--- The latest drain-readiness audit of each cluster (DESIGN §5): the findings of the
+-- The latest drain-readiness audit of each cluster (docs/rules.md#conditions): the findings of the
 -- last audit that could read everything, kept when a later one fails; the failure of
 -- the last audit that could not; and when the next audit is due.
 CREATE TABLE audits (

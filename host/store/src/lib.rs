@@ -575,6 +575,55 @@ pub struct AppliedProbe {
 /// The schema migrations, embedded at build time.
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
+/// Released migrations whose text changed afterwards in comments only, each with the
+/// checksum (SHA-384 of its text) it was released with. sqlx refuses a database whose
+/// applied migration has another checksum than the embedded one, so
+/// [`adopt_reworded_migrations`] gives such a database the current checksum first.
+pub const REWORDED_MIGRATIONS: [(i64, &str); 2] = [
+    (
+        1,
+        "91b4b306bc6b5ae18273f12652468dd85d97c4a0b77cdbcb4984f48a3643c90960b6b8aa867bae519f06641f811d79b5",
+    ),
+    (
+        3,
+        "26be6afa190ff595ef00759bc16c5fe9f52815099b1779292d2e92121ddcab0789d10e68658aaacce16a9d2bff192911",
+    ),
+];
+
+/// Records the current checksum of each reworded migration (see [`REWORDED_MIGRATIONS`])
+/// in a database that applied it under its released text — and only then: a database
+/// whose migration differs in any other way is still refused by the migrator.
+async fn adopt_reworded_migrations(pool: &SqlitePool) -> Result<(), sqlx::Error> {
+    let recorded: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations')",
+    )
+    .fetch_one(pool)
+    .await?;
+    if !recorded {
+        return Ok(());
+    }
+    for (version, released) in REWORDED_MIGRATIONS {
+        let Some(current) = MIGRATOR.iter().find(|m| m.version == version) else {
+            continue;
+        };
+        sqlx::query("UPDATE _sqlx_migrations SET checksum = ? WHERE version = ? AND checksum = ?")
+            .bind(current.checksum.as_ref())
+            .bind(version)
+            .bind(hex_bytes(released))
+            .execute(pool)
+            .await?;
+    }
+    Ok(())
+}
+
+/// The bytes of a hexadecimal text (pairs of digits; anything else is dropped).
+fn hex_bytes(text: &str) -> Vec<u8> {
+    text.as_bytes()
+        .chunks(2)
+        .filter_map(|pair| u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok())
+        .collect()
+}
+
 /// A database opened by [`Store::open_existing`].
 #[derive(Debug)]
 pub enum ExistingDatabase {
@@ -796,6 +845,12 @@ impl Store {
             .connect_with(options)
             .await
             .map_err(|source| StoreError::Open {
+                url: redact_url(url),
+                source: source.into(),
+            })?;
+        adopt_reworded_migrations(&pool)
+            .await
+            .map_err(|source| StoreError::Migrate {
                 url: redact_url(url),
                 source: source.into(),
             })?;

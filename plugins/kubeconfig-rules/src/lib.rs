@@ -19,7 +19,7 @@
 //!
 //! The kubeconfig *structures* are not here: the host reads them with the `kube` crate's
 //! types, and the SDK with its own serde types of the same shape (the `kube` crate does not
-//! build for WebAssembly). The differential test `host/tests/differential.rs` checks that both
+//! build for WebAssembly). The differential test `host/plugin-host/tests/it/differential.rs` checks that both
 //! readings agree on every kubeconfig of the corpus.
 //!
 //! Everything here is pure: no I/O, no clock, no bindings.

@@ -49,7 +49,7 @@ pub fn probe_selection(
 ) -> Result<ProbeReport, ProbeError> {
     // No debug line of its own: vigil logs where each request goes (at debug), and even the
     // question whether a level is recorded is a host call, which costs a probe more than
-    // the line is worth (BENCHMARKS.md, "Tenth follow-up").
+    // the line is worth (BENCHMARKS.md, "Plugin runtime overhead").
     let server =
         ApiServer::connect_with(selection, read_file).map_err(|error| prefixed(error, source))?;
     health_outcome(server.get(HEALTH_PATH, None))

@@ -8,7 +8,7 @@
 //!
 //! # Agreement with the host
 //!
-//! vigil's host reads the same kubeconfigs (`host/src/reference.rs`: which server, which
+//! vigil's host reads the same kubeconfigs (`host/domain/src/reference.rs`: which server, which
 //! files it serves to the plugin, which credential kind), and the two readings must agree, or
 //! the host would refuse the files a plugin asks for. Where both sides make the same
 //! decision, they run the same code, from the crate `vigil-kubeconfig-rules`: the text
@@ -17,7 +17,7 @@
 //! decodes it: padded, line breaks ignored), the resolution of relative paths and the check
 //! of `server` URLs. The rest reproduces the host's reader, which is the `kube` crate's
 //! `Kubeconfig` over `serde-saphyr` (a crate that does not build for WebAssembly), rule by
-//! rule, and the differential test `host/tests/differential.rs` checks that both readings
+//! rule, and the differential test `host/plugin-host/tests/it/differential.rs` checks that both readings
 //! agree on every kubeconfig of the corpus:
 //!
 //! - the same YAML library and the same struct shapes (including the catch-all maps that make

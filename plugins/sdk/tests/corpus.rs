@@ -2,7 +2,7 @@
 //! natively.
 //!
 //! The expected descriptions of probeable references are, word for word, those the host's
-//! resolver gives (`host/tests/reference.rs`): both sides must read a kubeconfig alike. The
+//! resolver gives (`host/domain/tests/it/reference.rs`): both sides must read a kubeconfig alike. The
 //! one difference by design: [`select`] does no I/O, so a kubeconfig naming missing files
 //! (`bad/missing-files.yaml`) is probeable here and `reference-broken` on the host, which
 //! checks the files; a plugin learns it when the host answers `not-found`.

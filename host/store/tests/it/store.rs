@@ -62,6 +62,67 @@ async fn migrations_run_once_and_the_database_uses_wal() {
     assert_eq!(mode, "wal");
 }
 
+/// The checksum the database recorded for migration `version`.
+async fn checksum(store: &Store, version: i64) -> Vec<u8> {
+    sqlx::query_scalar("SELECT checksum FROM _sqlx_migrations WHERE version = ?")
+        .bind(version)
+        .fetch_one(store.pool())
+        .await
+        .unwrap()
+}
+
+/// A database that applied a migration under the text it was released with opens after
+/// that migration's comments were reworded; one whose migration differs otherwise is still
+/// refused, as the migrator refuses it.
+#[tokio::test]
+async fn a_migration_reworded_in_comments_only_still_opens_older_databases() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("vigil.db");
+    let store = Store::open_path(&db).await.unwrap();
+    let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    let current: Vec<(i64, Vec<u8>)> = {
+        let mut all = Vec::new();
+        for (version, _) in vigil_store::REWORDED_MIGRATIONS {
+            all.push((version, checksum(&store, version).await));
+        }
+        all
+    };
+    for (version, released) in vigil_store::REWORDED_MIGRATIONS {
+        assert_ne!(
+            hex(&checksum(&store, version).await),
+            released,
+            "the text did change"
+        );
+        let bytes: Vec<u8> = (0..released.len() / 2)
+            .map(|i| u8::from_str_radix(&released[2 * i..2 * i + 2], 16).unwrap())
+            .collect();
+        sqlx::query("UPDATE _sqlx_migrations SET checksum = ? WHERE version = ?")
+            .bind(bytes)
+            .bind(version)
+            .execute(store.pool())
+            .await
+            .unwrap();
+    }
+    store.close().await;
+
+    // As written by a release before the rewording: it opens, with today's checksums.
+    let store = Store::open_path(&db).await.unwrap();
+    for (version, expected) in &current {
+        assert_eq!(&checksum(&store, *version).await, expected);
+    }
+    // A migration changed in any other way is still refused.
+    sqlx::query("UPDATE _sqlx_migrations SET checksum = x'00' WHERE version = 1")
+        .execute(store.pool())
+        .await
+        .unwrap();
+    store.close().await;
+    let refused = Store::open_path(&db).await.map(|_| ()).unwrap_err();
+    assert!(
+        matches!(refused, vigil_store::StoreError::Migrate { .. }),
+        "{refused:?}"
+    );
+}
+
 #[tokio::test]
 async fn every_connection_of_the_pool_syncs_each_commit() {
     let dir = tempfile::tempdir().unwrap();
