@@ -19,6 +19,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use crate::time::{parse_time, show_time};
+
 use vigil_decision::Timestamp;
 use vigil_decision::brake::{self, BrakeAssessment, BrakeConfig, BrakeVerdict, FleetSample};
 
@@ -221,28 +223,6 @@ fn show_verdict(verdict: BrakeVerdict) -> String {
         BrakeVerdict::Released { since: Some(since) } => format!("rel@{}", show_time(since)),
         BrakeVerdict::Released { since: None } => "rel".to_owned(),
     }
-}
-
-fn show_time(t: Timestamp) -> String {
-    let ms = t.millis();
-    if ms % 1000 == 0 {
-        (ms / 1000).to_string()
-    } else {
-        format!("{}.{:03}", ms.div_euclid(1000), ms.rem_euclid(1000))
-    }
-}
-
-fn parse_time(text: &str) -> Result<Timestamp, String> {
-    let bad = || format!("bad time `{text}`");
-    let (secs, millis) = match text.split_once('.') {
-        Some((secs, millis)) if millis.len() == 3 => {
-            (secs, millis.parse::<i64>().map_err(|_| bad())?)
-        }
-        Some(_) => return Err(bad()),
-        None => (text, 0),
-    };
-    let secs: i64 = secs.parse().map_err(|_| bad())?;
-    Ok(Timestamp::from_secs(secs).plus_millis(millis))
 }
 
 fn parse_config(text: &str) -> Result<BrakeConfig, String> {

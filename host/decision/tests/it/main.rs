@@ -5,4 +5,5 @@
 
 mod brake;
 mod properties;
+mod time;
 mod transitions;
