@@ -18,8 +18,7 @@ use vigil_decision::ReasonClass;
 use wasmtime::Trap;
 use wasmtime::component::{Component, Linker};
 
-pub(crate) use super::bindings::audit::AuditPre;
-use super::bindings::vigil::plugin::types;
+use super::contract::{self, AuditPre, Version};
 use super::engine::SharedEngine;
 use super::outcome::MAX_MESSAGE_BYTES;
 use super::sandbox::CallState;
@@ -149,16 +148,17 @@ pub(crate) async fn load(
     linker: &Linker<CallState>,
     tls: &TlsClients,
     component: &Component,
+    version: Version,
     compiled: Compiled,
 ) -> Result<LoadedPlugin, Refusal> {
     let instance_pre = linker
         .instantiate_pre(component)
         .map_err(|e| Refusal::Link(format!("{e:#}")))?;
-    let pre = AuditPre::new(instance_pre).map_err(|e| Refusal::Link(format!("{e:#}")))?;
+    let pre = AuditPre::new(version, instance_pre).map_err(|e| Refusal::Link(format!("{e:#}")))?;
     let mut store = new_store(engine, tls, compiled.parts(), None, INFO_DEADLINE);
     let call = async {
-        let instance = pre.instantiate_async(&mut store).await?;
-        instance.vigil_plugin_auditor().call_info(&mut store).await
+        let instance = pre.instantiate(&mut store).await?;
+        instance.info(&mut store).await
     };
     let answer = tokio::time::timeout(INFO_DEADLINE + CALL_GRACE, call).await;
     let info = info_answer(answer, store.data())?;
@@ -223,11 +223,8 @@ impl PluginRuntime {
                     plugin.name
                 )));
             };
-            let instance = pre.instantiate_async(&mut store).await?;
-            instance
-                .vigil_plugin_auditor()
-                .call_audit(&mut store, &cluster)
-                .await
+            let instance = pre.instantiate(&mut store).await?;
+            instance.audit(&mut store, cluster).await
         };
         let result = tokio::time::timeout(budget + CALL_GRACE, call).await;
         let state = store.data();
@@ -264,7 +261,7 @@ impl PluginRuntime {
                 Ok(()) => AuditOutcome::Failed {
                     plugin: name.clone(),
                     kind: error.kind,
-                    class: super::outcome::reason(error.failure.class),
+                    class: error.failure.class,
                     message: error.failure.message,
                 },
                 Err(why) => fault(format!("malformed audit error: {why}")),
@@ -300,7 +297,7 @@ impl PluginRuntime {
 }
 
 /// A report within the host's bounds, as host types.
-fn check_report(report: types::AuditReport) -> Result<(Vec<Finding>, Vec<String>), String> {
+fn check_report(report: contract::AuditReport) -> Result<(Vec<Finding>, Vec<String>), String> {
     if report.findings.len() > MAX_FINDINGS {
         return Err(format!(
             "{} findings (at most {MAX_FINDINGS})",
@@ -344,9 +341,9 @@ fn check_report(report: types::AuditReport) -> Result<(Vec<Finding>, Vec<String>
         findings.push(Finding {
             code: finding.code,
             severity: match finding.severity {
-                types::Severity::Blocking => FindingSeverity::Blocking,
-                types::Severity::Warning => FindingSeverity::Warning,
-                types::Severity::Info => FindingSeverity::Info,
+                contract::Severity::Blocking => FindingSeverity::Blocking,
+                contract::Severity::Warning => FindingSeverity::Warning,
+                contract::Severity::Info => FindingSeverity::Info,
             },
             objects,
             message: finding.message,
@@ -356,7 +353,7 @@ fn check_report(report: types::AuditReport) -> Result<(Vec<Finding>, Vec<String>
     Ok((findings, report.kinds_read))
 }
 
-fn check_error(error: &types::AuditError) -> Result<(), String> {
+fn check_error(error: &contract::AuditError) -> Result<(), String> {
     if let Some(kind) = &error.kind {
         check_name("kind", kind)?;
     }
@@ -396,11 +393,11 @@ fn check_line(what: &str, value: &str) -> Result<(), String> {
 mod tests {
     use super::*;
 
-    fn finding(code: &str, message: &str) -> types::Finding {
-        types::Finding {
+    fn finding(code: &str, message: &str) -> contract::Finding {
+        contract::Finding {
             code: code.to_owned(),
-            severity: types::Severity::Blocking,
-            objects: vec![types::ObjectRef {
+            severity: contract::Severity::Blocking,
+            objects: vec![contract::ObjectRef {
                 kind: "PodDisruptionBudget".to_owned(),
                 namespace: Some("prod".to_owned()),
                 name: "api".to_owned(),
@@ -412,7 +409,7 @@ mod tests {
 
     #[test]
     fn reports_are_checked() {
-        let ok = types::AuditReport {
+        let ok = contract::AuditReport {
             findings: vec![finding("pdb-zero-disruptions", "budget api allows 0")],
             kinds_read: vec!["pods".to_owned()],
         };
@@ -425,13 +422,13 @@ mod tests {
             finding("a", "two\nlines"),
             finding("a", &"x".repeat(MAX_MESSAGE_BYTES + 1)),
         ] {
-            let report = types::AuditReport {
+            let report = contract::AuditReport {
                 findings: vec![bad],
                 kinds_read: vec!["pods".to_owned()],
             };
             assert!(check_report(report).is_err());
         }
-        let too_many = types::AuditReport {
+        let too_many = contract::AuditReport {
             findings: vec![finding("a", "x"); MAX_FINDINGS + 1],
             kinds_read: Vec::new(),
         };

@@ -49,7 +49,7 @@ use tokio_rustls::TlsConnector;
 use tracing::{debug, warn};
 use wasmtime_wasi_http::{RequestOptions, WasiBody, WasiHttpHooks};
 
-use super::bindings::vigil::plugin::http;
+use super::contract::{HttpError, HttpRequest, HttpResponse, TlsOptions};
 use super::manifest::{CredentialSource, Manifest};
 use super::sandbox::{CallCluster, CallRecord, CallState, MAX_CREDENTIAL_FILE_BYTES};
 use vigil_domain::address_rule::{self, AddressRule};
@@ -952,9 +952,14 @@ impl Egress {
     }
 }
 
-impl http::Host for CallState {
-    async fn send(&mut self, request: http::Request) -> Result<http::Response, http::HttpError> {
-        use http::HttpError as E;
+/// `http`: the host side of the contract's interface, whatever the plugin's contract version.
+impl CallState {
+    /// `http.send`: one request through the call's egress, and its whole response.
+    pub(crate) async fn http_send(
+        &mut self,
+        request: HttpRequest,
+    ) -> Result<HttpResponse, HttpError> {
+        use HttpError as E;
         let uri: Uri = request
             .url
             .parse()
@@ -987,7 +992,7 @@ impl http::Host for CallState {
             let options = request.tls.as_ref();
             let trust = match options {
                 Some(t) if t.insecure_skip_verify => Trust::SkipVerify,
-                Some(http::TlsOptions {
+                Some(TlsOptions {
                     ca_pem: Some(ca), ..
                 }) => Trust::Ca(ca),
                 _ => Trust::System,
@@ -1106,7 +1111,7 @@ impl http::Host for CallState {
         };
         learned.merge_into(&mut egress.record, cluster);
         let incoming = result?;
-        Ok(http::Response {
+        Ok(HttpResponse {
             status: incoming.status,
             headers: incoming
                 .headers

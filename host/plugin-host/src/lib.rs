@@ -25,9 +25,9 @@
 //! and resolved only when the plugin asks through `credentials.parameter`.
 
 mod audit;
-mod bindings;
 mod cache;
 mod catalog;
+mod contract;
 mod egress;
 mod engine;
 mod event;
@@ -46,13 +46,12 @@ use std::time::{Duration, Instant, SystemTime};
 use sha2::Digest as _;
 use tracing::{Instrument, debug, info, info_span, warn};
 use vigil_decision::{ClusterId, ProbeOutcome, ReasonClass};
-use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::component::Linker;
 use wasmtime::{Store, Trap, UpdateDeadline};
 
-use self::bindings::vigil::plugin::types;
-use self::bindings::{Probe, ProbePre};
 use self::cache::CodeCache;
 use self::catalog::{Catalog, Generation, ProbationVerdict};
+use self::contract::{PluginInfo, ProbePre, World};
 use self::engine::SharedEngine;
 use self::outcome::CallEnd;
 use self::sandbox::{CallCluster, CallState, KnownKubeconfigs};
@@ -102,12 +101,6 @@ const CALL_GRACE: Duration = Duration::from_millis(200);
 /// How many epoch ticks a guest runs between two yields to the executor, so that a
 /// guest spinning in a loop never holds a tokio worker thread for its whole deadline.
 const YIELD_TICKS: u64 = 5;
-
-/// The contract's package name, without version.
-const CONTRACT_PACKAGE: &str = "vigil:plugin";
-
-/// The contract's version this runtime runs.
-const CONTRACT_VERSION: &str = "0.1.0";
 
 /// How the runtime is set up; every path is handed in (the binary reads the
 /// environment, `VIGIL_PLUGIN_DIR` and `VIGIL_CACHE_DIR`).
@@ -344,13 +337,13 @@ struct LoadedPlugin {
 /// A plugin generation ready to instantiate, for the world it targets.
 pub(crate) enum WorldPre {
     /// A probe plugin.
-    Probe(ProbePre<CallState>),
+    Probe(ProbePre),
     /// An audit plugin.
-    Audit(audit::AuditPre<CallState>),
+    Audit(contract::AuditPre),
 }
 
 impl LoadedPlugin {
-    fn probe_pre(&self) -> Option<&ProbePre<CallState>> {
+    fn probe_pre(&self) -> Option<&ProbePre> {
         match &self.pre {
             WorldPre::Probe(pre) => Some(pre),
             WorldPre::Audit(_) => None,
@@ -599,9 +592,7 @@ impl PluginRuntime {
         let mut linker = Linker::<CallState>::new(engine.engine());
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)
             .and_then(|()| wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker))
-            .and_then(|()| {
-                Probe::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |s| s)
-            })
+            .and_then(|()| contract::add_to_linker(&mut linker))
             .map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
 
         let runtime = Self {
@@ -959,23 +950,21 @@ impl PluginRuntime {
             match &plugin.pre {
                 WorldPre::Probe(pre) => {
                     let instance = pre
-                        .instantiate_async(&mut store)
+                        .instantiate(&mut store)
                         .await
                         .map_err(|error| (false, error))?;
                     instance
-                        .vigil_plugin_prober()
-                        .call_accepts(&mut store, &cluster)
+                        .accepts(&mut store, cluster)
                         .await
                         .map_err(|error| (true, error))
                 }
                 WorldPre::Audit(pre) => {
                     let instance = pre
-                        .instantiate_async(&mut store)
+                        .instantiate(&mut store)
                         .await
                         .map_err(|error| (false, error))?;
                     instance
-                        .vigil_plugin_auditor()
-                        .call_accepts(&mut store, &cluster)
+                        .accepts(&mut store, cluster)
                         .await
                         .map_err(|error| (true, error))
                 }
@@ -1029,7 +1018,7 @@ impl PluginRuntime {
 
     /// One probe call of `plugin` against `target`, mapped to an outcome.
     async fn call_probe(&self, plugin: &LoadedPlugin, target: &ProbeTarget) -> ProbeOutcome {
-        let request = types::ProbeRequest {
+        let request = contract::ProbeRequest {
             cluster: wire_cluster(plugin, target),
             timeout_ms: u32::try_from(target.timeout.as_millis()).unwrap_or(u32::MAX),
         };
@@ -1041,13 +1030,12 @@ impl PluginRuntime {
                     wasmtime::Error::msg(format!("{} is an audit plugin", plugin.name)),
                 ));
             };
-            let instance = match pre.instantiate_async(&mut store).await {
+            let instance = match pre.instantiate(&mut store).await {
                 Ok(instance) => instance,
                 Err(error) => return Err((false, error)),
             };
             instance
-                .vigil_plugin_prober()
-                .call_probe(&mut store, &request)
+                .probe(&mut store, request)
                 .await
                 .map_err(|error| (true, error))
         };
@@ -1282,8 +1270,8 @@ fn parameters(plugin: &LoadedPlugin, target: &ProbeTarget) -> BTreeMap<String, S
 
 /// The cluster as the contract shows it: its labels, and its plain parameters.
 /// Credential references stay out; the plugin reads them through `credentials.parameter`.
-fn wire_cluster(plugin: &LoadedPlugin, target: &ProbeTarget) -> types::Cluster {
-    types::Cluster {
+fn wire_cluster(plugin: &LoadedPlugin, target: &ProbeTarget) -> contract::Cluster {
+    contract::Cluster {
         name: target.name.clone(),
         endpoint: target.endpoint.clone(),
         reference: target.reference.to_string(),
@@ -1383,18 +1371,19 @@ async fn load_one(
         hash,
         cache: cache_status,
     };
-    if check_world(engine, &component)? == World::Audit {
-        return audit::load(engine, linker, tls, &component, compiled).await;
+    let (world, version) = contract::check_world(engine.engine(), &component)?;
+    if world == World::Audit {
+        return audit::load(engine, linker, tls, &component, version, compiled).await;
     }
     let instance_pre = linker
         .instantiate_pre(&component)
         .map_err(|e| Refusal::Link(format!("{e:#}")))?;
-    let pre = ProbePre::new(instance_pre).map_err(|e| Refusal::Link(format!("{e:#}")))?;
+    let pre = ProbePre::new(version, instance_pre).map_err(|e| Refusal::Link(format!("{e:#}")))?;
 
     let mut store = new_store(engine, tls, compiled.parts(), None, INFO_DEADLINE);
     let call = async {
-        let instance = pre.instantiate_async(&mut store).await?;
-        instance.vigil_plugin_prober().call_info(&mut store).await
+        let instance = pre.instantiate(&mut store).await?;
+        instance.info(&mut store).await
     };
     let answer = tokio::time::timeout(INFO_DEADLINE + CALL_GRACE, call).await;
     let info = info_answer(answer, store.data())?;
@@ -1428,7 +1417,7 @@ impl Compiled {
     }
 
     /// The loaded generation, described by what its `info()` said.
-    fn into_loaded(self, pre: WorldPre, info: types::PluginInfo) -> Result<LoadedPlugin, Refusal> {
+    fn into_loaded(self, pre: WorldPre, info: PluginInfo) -> Result<LoadedPlugin, Refusal> {
         if info.name.len() > MAX_DETAIL_BYTES || info.version.len() > MAX_DETAIL_BYTES {
             return Err(Refusal::Info(format!(
                 "name or version longer than {MAX_DETAIL_BYTES} bytes"
@@ -1472,9 +1461,9 @@ impl Compiled {
 /// The answer of an `info()` call made under [`INFO_DEADLINE`], the guest's output re-emitted:
 /// a trap or a limit hit, or no answer in time, refuses the plugin.
 fn info_answer(
-    answer: Result<wasmtime::Result<types::PluginInfo>, tokio::time::error::Elapsed>,
+    answer: Result<wasmtime::Result<PluginInfo>, tokio::time::error::Elapsed>,
     state: &CallState,
-) -> Result<types::PluginInfo, Refusal> {
+) -> Result<PluginInfo, Refusal> {
     state.emit_guest_output();
     match answer {
         Ok(Ok(info)) => Ok(info),
@@ -1500,58 +1489,6 @@ fn check_header(bytes: &[u8]) -> Result<(), Refusal> {
         return Err(Refusal::CoreModule);
     }
     Ok(())
-}
-
-/// The world a component targets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum World {
-    Probe,
-    Audit,
-}
-
-/// Checks the component targets a world of the supported contract, by its export names
-/// (`vigil:plugin/prober@0.1.0` or `vigil:plugin/auditor@0.1.0`).
-fn check_world(engine: &SharedEngine, component: &Component) -> Result<World, Refusal> {
-    let ty = component.component_type();
-    let names: Vec<String> = ty
-        .exports(engine.engine())
-        .map(|(name, _)| name.to_owned())
-        .collect();
-    let mut audit = false;
-    for name in &names {
-        let Some(rest) = name
-            .strip_prefix(CONTRACT_PACKAGE)
-            .and_then(|r| r.strip_prefix('/'))
-        else {
-            continue;
-        };
-        let (interface, version) = rest.split_once('@').unwrap_or((rest, ""));
-        if version != CONTRACT_VERSION {
-            return Err(Refusal::UnsupportedVersion {
-                package: CONTRACT_PACKAGE.to_owned(),
-                version: if version.is_empty() {
-                    "(no version)".to_owned()
-                } else {
-                    version.to_owned()
-                },
-            });
-        }
-        match interface {
-            "prober" => return Ok(World::Probe),
-            "auditor" => audit = true,
-            _ => {}
-        }
-    }
-    if audit {
-        return Ok(World::Audit);
-    }
-    Err(Refusal::WrongWorld {
-        exports: if names.is_empty() {
-            "none".to_owned()
-        } else {
-            names.join(", ")
-        },
-    })
 }
 
 #[cfg(test)]

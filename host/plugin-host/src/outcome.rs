@@ -3,7 +3,7 @@
 
 use vigil_decision::{ProbeOutcome, ReasonClass};
 
-use super::bindings::vigil::plugin::types;
+use super::contract::{ProbeError, ProbeReport, Verdict};
 use super::sandbox::{CallRecord, LimitHit};
 
 /// The longest `message` a probe report or failure may carry.
@@ -19,7 +19,7 @@ pub const MAX_DETAIL_BYTES: usize = 256;
 #[derive(Debug)]
 pub(crate) enum CallEnd {
     /// The plugin returned.
-    Returned(Result<types::ProbeReport, types::ProbeError>),
+    Returned(Result<ProbeReport, ProbeError>),
     /// The guest trapped (a panic, a failed allocation, an epoch deadline).
     Trapped {
         /// The epoch deadline interrupted it.
@@ -66,21 +66,21 @@ pub(crate) fn map(
     };
     match end {
         CallEnd::Returned(Ok(report)) => map_report(plugin, report, record),
-        CallEnd::Returned(Err(types::ProbeError::NotProbeable(failure))) => {
+        CallEnd::Returned(Err(ProbeError::NotProbeable(failure))) => {
             match check_message(&failure.message) {
                 Ok(()) => ProbeOutcome::NotProbeable {
-                    class: reason(failure.class),
+                    class: failure.class,
                     message: failure.message,
                 },
                 Err(why) => fault(format!("malformed not-probeable failure: {why}")),
             }
         }
-        CallEnd::Returned(Err(types::ProbeError::Inconclusive(failure))) => {
+        CallEnd::Returned(Err(ProbeError::Inconclusive(failure))) => {
             match check_message(&failure.message) {
                 Ok(()) => not_the_clusters(
                     record,
                     ProbeOutcome::Inconclusive {
-                        class: reason(failure.class),
+                        class: failure.class,
                         message: failure.message,
                     },
                 ),
@@ -128,7 +128,7 @@ fn not_the_clusters(record: &CallRecord, fallback: ProbeOutcome) -> ProbeOutcome
     fallback
 }
 
-fn map_report(plugin: &str, report: types::ProbeReport, record: &CallRecord) -> ProbeOutcome {
+fn map_report(plugin: &str, report: ProbeReport, record: &CallRecord) -> ProbeOutcome {
     let fault = |message: String| ProbeOutcome::Inconclusive {
         class: ReasonClass::PluginFault,
         message: format!("plugin {plugin}: {message}"),
@@ -137,12 +137,11 @@ fn map_report(plugin: &str, report: types::ProbeReport, record: &CallRecord) -> 
         return fault(format!("malformed probe report: {why}"));
     }
     match report.verdict {
-        types::Verdict::Healthy => ProbeOutcome::Healthy,
-        types::Verdict::Unhealthy => {
+        Verdict::Healthy => ProbeOutcome::Healthy,
+        Verdict::Unhealthy => {
             let Some(class) = report.reason else {
                 return fault("malformed probe report: unhealthy without a reason".to_owned());
             };
-            let class = reason(class);
             if !is_cluster_failure(class) {
                 return fault(format!(
                     "malformed probe report: unhealthy with reason {class}, which is not a cluster failure"
@@ -170,7 +169,7 @@ fn map_report(plugin: &str, report: types::ProbeReport, record: &CallRecord) -> 
                 message: report.message,
             }
         }
-        types::Verdict::CredentialsRejected => {
+        Verdict::CredentialsRejected => {
             if !record.cluster_contacted {
                 return not_the_clusters(
                     record,
@@ -214,7 +213,7 @@ fn check_message(message: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn check_report(report: &types::ProbeReport) -> Result<(), String> {
+fn check_report(report: &ProbeReport) -> Result<(), String> {
     check_message(&report.message)?;
     if report.details.len() > MAX_DETAILS {
         return Err(format!(
@@ -234,31 +233,13 @@ fn check_report(report: &types::ProbeReport) -> Result<(), String> {
     Ok(())
 }
 
-/// The host's reason class for the contract's.
-pub(crate) fn reason(class: types::ReasonClass) -> ReasonClass {
-    use types::ReasonClass as W;
-    match class {
-        W::Refused => ReasonClass::Refused,
-        W::Timeout => ReasonClass::Timeout,
-        W::Tls => ReasonClass::Tls,
-        W::Dns => ReasonClass::Dns,
-        W::ServerError => ReasonClass::ServerError,
-        W::BadResponse => ReasonClass::BadResponse,
-        W::Unauthorized => ReasonClass::Unauthorized,
-        W::ReferenceBroken => ReasonClass::ReferenceBroken,
-        W::ExecCredentials => ReasonClass::ExecCredentials,
-        W::NoPlugin => ReasonClass::NoPlugin,
-        W::PluginFault => ReasonClass::PluginFault,
-        W::Denied => ReasonClass::Denied,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::contract::Failure;
 
-    fn report(verdict: types::Verdict, reason: Option<types::ReasonClass>) -> types::ProbeReport {
-        types::ProbeReport {
+    fn report(verdict: Verdict, reason: Option<ReasonClass>) -> ProbeReport {
+        ProbeReport {
             verdict,
             reason,
             message: "m".to_owned(),
@@ -285,8 +266,8 @@ mod tests {
 
     #[test]
     fn outcomes_follow_design_section_1() {
-        use types::ReasonClass as W;
-        use types::Verdict as V;
+        use ReasonClass as W;
+        use Verdict as V;
         let ok = |v, r| CallEnd::Returned(Ok(report(v, r)));
         let trap = |interrupted| CallEnd::Trapped {
             interrupted,
@@ -296,7 +277,7 @@ mod tests {
             requested: 1 << 30,
             cap: 64 << 20,
         });
-        let failure = |class| types::Failure {
+        let failure = |class| Failure {
             class,
             message: "f".to_owned(),
         };
@@ -383,15 +364,13 @@ mod tests {
             "inconclusive",
         );
         check(
-            CallEnd::Returned(Err(types::ProbeError::NotProbeable(failure(
-                W::ExecCredentials,
-            )))),
+            CallEnd::Returned(Err(ProbeError::NotProbeable(failure(W::ExecCredentials)))),
             &record(false, false, None),
             None,
             "not-probeable",
         );
         check(
-            CallEnd::Returned(Err(types::ProbeError::Inconclusive(failure(W::Denied)))),
+            CallEnd::Returned(Err(ProbeError::Inconclusive(failure(W::Denied)))),
             &record(false, false, Some(401)),
             None,
             "inconclusive",
@@ -410,8 +389,8 @@ mod tests {
     /// reference that cannot be used, vigil's own faults, timeouts the host does not count.
     #[test]
     fn what_the_host_saw_decides_whose_fault_it_was() {
-        use types::ReasonClass as W;
-        use types::Verdict as V;
+        use ReasonClass as W;
+        use Verdict as V;
         let ok = |v, r| CallEnd::Returned(Ok(report(v, r)));
         let broken = CallRecord {
             reference_broken: Some("the client certificate and key do not fit".to_owned()),
@@ -422,7 +401,7 @@ mod tests {
             ..CallRecord::default()
         };
         let inconclusive = |class| {
-            CallEnd::Returned(Err(types::ProbeError::Inconclusive(types::Failure {
+            CallEnd::Returned(Err(ProbeError::Inconclusive(Failure {
                 class,
                 message: "f".to_owned(),
             })))

@@ -14,7 +14,7 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
-use super::bindings::vigil::plugin::{credentials, log, types};
+use super::contract::{self, CredentialsError, KubeContext, LogLevel};
 use super::egress::{Egress, EgressPolicy};
 use super::engine::Ticking;
 use super::manifest::{CredentialSource, Manifest};
@@ -329,10 +329,11 @@ impl WasiHttpView for CallState {
     }
 }
 
-impl types::Host for CallState {}
-
-impl log::Host for CallState {
-    async fn write(&mut self, level: log::Level, message: String) {
+/// `log`: the host side of the contract's interface, whatever the plugin's contract version.
+impl CallState {
+    /// `log.write`: the message in vigil's log, tagged with the plugin's name, if the plugin
+    /// is granted `log` and the call has lines left.
+    pub(crate) fn log_write(&mut self, level: LogLevel, message: &str) {
         if !self.manifest.log {
             if self.log_lines == 0 {
                 debug!(plugin = %self.plugin, "log.write dropped: log is not granted");
@@ -349,28 +350,29 @@ impl log::Host for CallState {
         }
         // Escaped, so that a line of the guest's stays one line of vigil's log: a newline
         // in it cannot forge a second record, nor an escape sequence rewrite the terminal.
-        let message = escape_controls(truncate(&message, MAX_LOG_MESSAGE_BYTES));
+        let message = escape_controls(truncate(message, MAX_LOG_MESSAGE_BYTES));
         let plugin = &*self.plugin;
         match level {
-            log::Level::Trace => trace!(plugin, "{message}"),
-            log::Level::Debug => debug!(plugin, "{message}"),
-            log::Level::Info => info!(plugin, "{message}"),
-            log::Level::Warn => warn!(plugin, "{message}"),
-            log::Level::Error => error!(plugin, "{message}"),
+            LogLevel::Trace => trace!(plugin, "{message}"),
+            LogLevel::Debug => debug!(plugin, "{message}"),
+            LogLevel::Info => info!(plugin, "{message}"),
+            LogLevel::Warn => warn!(plugin, "{message}"),
+            LogLevel::Error => error!(plugin, "{message}"),
         }
     }
 
-    async fn enabled(&mut self, level: log::Level) -> bool {
+    /// `log.enabled`: whether a message at `level` would be recorded now.
+    pub(crate) fn log_enabled(&self, level: LogLevel) -> bool {
         self.manifest.log
             && self.log_lines < MAX_LOG_LINES_PER_CALL
             && match level {
-                // The same callsite target as `write`'s events: the subscriber's filter
+                // The same callsite target as `log_write`'s events: the subscriber's filter
                 // answers for both alike.
-                log::Level::Trace => tracing::enabled!(tracing::Level::TRACE),
-                log::Level::Debug => tracing::enabled!(tracing::Level::DEBUG),
-                log::Level::Info => tracing::enabled!(tracing::Level::INFO),
-                log::Level::Warn => tracing::enabled!(tracing::Level::WARN),
-                log::Level::Error => tracing::enabled!(tracing::Level::ERROR),
+                LogLevel::Trace => tracing::enabled!(tracing::Level::TRACE),
+                LogLevel::Debug => tracing::enabled!(tracing::Level::DEBUG),
+                LogLevel::Info => tracing::enabled!(tracing::Level::INFO),
+                LogLevel::Warn => tracing::enabled!(tracing::Level::WARN),
+                LogLevel::Error => tracing::enabled!(tracing::Level::ERROR),
             }
     }
 }
@@ -404,13 +406,17 @@ pub(crate) fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
-type CredentialsResult = Result<Vec<u8>, credentials::CredentialsError>;
+type CredentialsResult = Result<Vec<u8>, CredentialsError>;
 
 /// The context a Secret's kubeconfig selects, or why it cannot be resolved.
 type SecretResolution = Result<ConnectionMaterial, (ReasonClass, String)>;
 
-impl credentials::Host for CallState {
-    async fn kubeconfig(&mut self) -> CredentialsResult {
+/// `credentials`: the host side of the contract's interface, whatever the plugin's contract
+/// version.
+impl CallState {
+    /// `credentials.kubeconfig`: the kubeconfig the cluster's reference names, reduced to
+    /// the context it selects.
+    pub(crate) async fn credentials_kubeconfig(&mut self) -> CredentialsResult {
         self.check_credentials_grant("kubeconfig")?;
         // What the host resolved for this very probe (the file was read and parsed just
         // before the call), so the plugin reads what the egress policy was derived from.
@@ -422,8 +428,10 @@ impl credentials::Host for CallState {
         }
     }
 
-    async fn context(&mut self) -> Result<credentials::KubeContext, credentials::CredentialsError> {
-        use credentials::CredentialsError as E;
+    /// `credentials.context`: the context the cluster's reference selects, as vigil
+    /// resolved it.
+    pub(crate) async fn credentials_context(&mut self) -> Result<KubeContext, CredentialsError> {
+        use CredentialsError as E;
         self.check_credentials_grant("context")?;
         if let Some(context) = self.serve_file_material(kube_context)? {
             return Ok(context);
@@ -439,12 +447,13 @@ impl credentials::Host for CallState {
         }
     }
 
-    async fn read_file(&mut self, path: String) -> CredentialsResult {
-        use credentials::CredentialsError as E;
+    /// `credentials.read-file`: a file the kubeconfig's selected context names.
+    pub(crate) async fn credentials_read_file(&mut self, path: &str) -> CredentialsResult {
+        use CredentialsError as E;
         self.check_credentials_grant("read-file")?;
         let Some(material) = self.cluster.as_ref().and_then(|c| c.material.as_ref()) else {
             if let Some(Reference::Secret { .. }) = self.cluster.as_ref().map(|c| &c.reference) {
-                self.egress.refused("credentials.read-file denied: a kubeconfig from a Secret names no servable file", &path);
+                self.egress.refused("credentials.read-file denied: a kubeconfig from a Secret names no servable file", path);
                 return Err(E::Denied(format!(
                     "{path}: a kubeconfig in a Secret must be self-contained (inline *-data fields and token); vigil serves no file for it"
                 )));
@@ -453,7 +462,7 @@ impl credentials::Host for CallState {
                 "this cluster's reference names no files".to_owned(),
             ));
         };
-        let Some(wanted) = resolve_against(&material.kubeconfig, Path::new(&path)) else {
+        let Some(wanted) = resolve_against(&material.kubeconfig, Path::new(path)) else {
             return Err(E::Denied(format!(
                 "{path} is not a path the kubeconfig names"
             )));
@@ -479,7 +488,7 @@ impl credentials::Host for CallState {
         if !allowed {
             self.egress.refused(
                 "credentials.read-file denied: not a file of the cluster's kubeconfig context",
-                &path,
+                path,
             );
             return Err(E::Denied(format!(
                 "{path} is not a file the kubeconfig's context names"
@@ -500,13 +509,15 @@ impl credentials::Host for CallState {
         Ok(bytes)
     }
 
-    async fn parameter(&mut self, name: String) -> CredentialsResult {
-        use credentials::CredentialsError as E;
+    /// `credentials.parameter`: the value of one of the cluster's plugin parameters, a
+    /// credential reference resolved now.
+    pub(crate) async fn credentials_parameter(&mut self, name: &str) -> CredentialsResult {
+        use CredentialsError as E;
         self.check_credentials_grant("parameter")?;
         let Some(value) = self
             .cluster
             .as_ref()
-            .and_then(|cluster| cluster.parameters.get(&name))
+            .and_then(|cluster| cluster.parameters.get(name))
         else {
             return Err(E::NotFound(format!("the cluster has no parameter {name}")));
         };
@@ -517,7 +528,7 @@ impl credentials::Host for CallState {
             ParameterValue::Plain(text) => Ok(text.as_bytes().to_vec()),
             ParameterValue::File(path) => {
                 if !is_under(&path, &self.credential_dirs) {
-                    self.egress.refused("credentials.parameter denied: the file is outside the credential directories", &name);
+                    self.egress.refused("credentials.parameter denied: the file is outside the credential directories", name);
                     return Err(E::Denied(format!(
                         "parameter {name} names a file outside the credential directories"
                     )));
@@ -532,14 +543,14 @@ impl credentials::Host for CallState {
                     Err(E::Denied(message)) => {
                         self.egress.refused(
                             "credentials.parameter denied: the file opened lies outside the credential directories",
-                            &name,
+                            name,
                         );
                         return Err(E::Denied(format!("parameter {name}: {message}")));
                     }
                     other => other?,
                 };
                 self.egress.hold_parameter(
-                    &name,
+                    name,
                     CredentialSource::File(&path),
                     &bytes,
                     &self.manifest,
@@ -568,7 +579,7 @@ impl credentials::Host for CallState {
                 )
                 .await?;
                 self.egress.hold_parameter(
-                    &name,
+                    name,
                     CredentialSource::Secret {
                         namespace: &namespace,
                         name: &secret,
@@ -616,8 +627,8 @@ impl CallState {
     async fn read_secret_kubeconfig(
         &mut self,
         call: &str,
-    ) -> Result<(SecretBytes, SecretResolution), credentials::CredentialsError> {
-        use credentials::CredentialsError as E;
+    ) -> Result<(SecretBytes, SecretResolution), CredentialsError> {
+        use CredentialsError as E;
         let Some(CallCluster {
             reference:
                 reference @ Reference::Secret {
@@ -665,8 +676,8 @@ impl CallState {
     fn serve_file_material<T>(
         &mut self,
         serve: impl FnOnce(&ConnectionMaterial) -> T,
-    ) -> Result<Option<T>, credentials::CredentialsError> {
-        use credentials::CredentialsError as E;
+    ) -> Result<Option<T>, CredentialsError> {
+        use CredentialsError as E;
         let Some(cluster) = &self.cluster else {
             return Err(E::NotFound("this call is about no cluster".to_owned()));
         };
@@ -690,24 +701,20 @@ impl CallState {
 
     /// Whether the plugin is granted `credentials` (`credentials.CALL` is denied, and the
     /// denial logged, otherwise).
-    fn check_credentials_grant(&self, call: &str) -> Result<(), credentials::CredentialsError> {
+    fn check_credentials_grant(&self, call: &str) -> Result<(), CredentialsError> {
         if self.manifest.credentials {
             return Ok(());
         }
         self.egress
             .refused("credentials denied: credentials are not granted", call);
-        Err(credentials::CredentialsError::Denied(
+        Err(CredentialsError::Denied(
             "credentials are not granted to this plugin".to_owned(),
         ))
     }
 
     /// Whether the plugin may read Secrets of `namespace` (`secret-namespaces` in its
     /// `NAME.toml`; none by default).
-    fn check_namespace(
-        &self,
-        namespace: &str,
-        call: &str,
-    ) -> Result<(), credentials::CredentialsError> {
+    fn check_namespace(&self, namespace: &str, call: &str) -> Result<(), CredentialsError> {
         if self
             .manifest
             .secret_namespaces
@@ -720,7 +727,7 @@ impl CallState {
             "credentials denied: the Secret's namespace is not granted",
             &format!("{call}: {namespace}"),
         );
-        Err(credentials::CredentialsError::Denied(format!(
+        Err(CredentialsError::Denied(format!(
             "the Secrets of namespace {namespace} are not granted to this plugin (secret-namespaces in its NAME.toml)"
         )))
     }
@@ -735,8 +742,8 @@ async fn read_secret(
     namespace: &str,
     name: &str,
     key: &str,
-) -> Result<SecretBytes, credentials::CredentialsError> {
-    use credentials::CredentialsError as E;
+) -> Result<SecretBytes, CredentialsError> {
+    use CredentialsError as E;
     let Some(source) = source else {
         return Err(E::Invalid(
             vigil_domain::secrets::Unavailable::not_configured().0,
@@ -870,7 +877,7 @@ enum ReadRefused {
 /// Opening, sizing and reading happen in one blocking task: each hand-off to tokio's
 /// blocking pool wakes a thread, which is most of what reading a small file costs.
 async fn read_bounded(remaining: Duration, path: &Path, rule: ReadRule) -> CredentialsResult {
-    use credentials::CredentialsError as E;
+    use CredentialsError as E;
     let bound = remaining.min(CREDENTIAL_READ_TIMEOUT);
     let owned = path.to_path_buf();
     let read = tokio::task::spawn_blocking(move || read_checked(&owned, &rule));
@@ -1007,18 +1014,18 @@ impl KnownKubeconfigs {
 }
 
 /// The contract's form of what the host resolved for a kubeconfig context.
-fn kube_context(material: &ConnectionMaterial) -> credentials::KubeContext {
+fn kube_context(material: &ConnectionMaterial) -> KubeContext {
     let served = |material: &Option<reference::Material>| {
         material.as_ref().map(|material| match material {
             reference::Material::Inline(bytes) => {
-                credentials::Material::Data(bytes.expose_secret().to_vec())
+                contract::Material::Data(bytes.expose_secret().to_vec())
             }
             reference::Material::File(path) => {
-                credentials::Material::File(path.to_string_lossy().into_owned())
+                contract::Material::File(path.to_string_lossy().into_owned())
             }
         })
     };
-    credentials::KubeContext {
+    KubeContext {
         context: material.context.clone(),
         cluster: material.cluster.clone(),
         user: material.user.clone(),
