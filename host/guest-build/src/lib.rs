@@ -255,19 +255,7 @@ impl GuestBuild {
     }
 
     fn cargo_build(&self, manifest: &Path, packages: &[&str]) -> Result<(), GuestBuildError> {
-        let mut command = Command::new(&self.cargo);
-        command
-            .args(["build", "--locked", "--release", "--target", GUEST_TARGET])
-            .arg("--manifest-path")
-            .arg(manifest)
-            .arg("--target-dir")
-            .arg(&self.target_dir);
-        for package in packages {
-            command.args(["-p", package]);
-        }
-        for variable in CLEARED_VARIABLES {
-            command.env_remove(variable);
-        }
+        let mut command = self.cargo_command(manifest, packages);
         let shown = format!("{command:?}");
         let status = command.status().map_err(|error| GuestBuildError::Command {
             command: shown.clone(),
@@ -281,6 +269,25 @@ impl GuestBuild {
                 detail: format!("failed ({status})"),
             })
         }
+    }
+
+    /// The `cargo build` of `packages` of the workspace at `manifest`, for the guest target,
+    /// into the guest target directory, without the outer build's wrappers and flags.
+    fn cargo_command(&self, manifest: &Path, packages: &[&str]) -> Command {
+        let mut command = Command::new(&self.cargo);
+        command
+            .args(["build", "--locked", "--release", "--target", GUEST_TARGET])
+            .arg("--manifest-path")
+            .arg(manifest)
+            .arg("--target-dir")
+            .arg(&self.target_dir);
+        for package in packages {
+            command.args(["-p", package]);
+        }
+        for variable in CLEARED_VARIABLES {
+            command.env_remove(variable);
+        }
+        command
     }
 }
 
@@ -376,6 +383,77 @@ mod tests {
         assert_eq!(guest_target_dir(&out), None);
         std::fs::write(dir.join("target/CACHEDIR.TAG"), "Signature").expect("tag");
         assert_eq!(guest_target_dir(&out), Some(dir.join("target/guests")));
+        std::fs::remove_dir_all(&dir).expect("clean up");
+    }
+
+    /// A clippy or coverage run of the host sets these for its own crates; the guests'
+    /// build must not inherit them.
+    #[test]
+    fn the_outer_builds_wrappers_flags_and_target_do_not_reach_the_guests() {
+        let guests = GuestBuild::new(Path::new("/repo"), Path::new("/repo/target/guests"));
+        let command = guests.cargo_command(Path::new("/repo/plugins/Cargo.toml"), &["http"]);
+        let removed: Vec<String> = command
+            .get_envs()
+            .filter(|(_, value)| value.is_none())
+            .map(|(name, _)| name.to_string_lossy().into_owned())
+            .collect();
+        for variable in CLEARED_VARIABLES {
+            assert!(
+                removed.iter().any(|r| r == variable),
+                "{variable} is passed on"
+            );
+        }
+        let args: Vec<String> = command
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        for expected in [
+            "--target",
+            GUEST_TARGET,
+            "--target-dir",
+            "/repo/target/guests",
+            "-p",
+            "http",
+        ] {
+            assert!(
+                args.iter().any(|a| a == expected),
+                "{expected} missing from {args:?}"
+            );
+        }
+    }
+
+    /// A toolchain without the guest target is a failure that says how to install it.
+    #[test]
+    fn a_missing_guest_target_fails_with_the_command_that_installs_it() {
+        let dir = std::env::temp_dir().join(format!("vigil-guest-sysroot-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("lib/rustlib/x86_64-unknown-linux-gnu")).expect("create");
+        // A `rustc` whose sysroot is `dir`, which holds the host's standard library only.
+        let script = dir.join("rustc");
+        std::fs::write(&script, format!("#!/bin/sh\necho {}\n", dir.display())).expect("write");
+        let mut permissions = std::fs::metadata(&script).expect("stat").permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
+        std::fs::set_permissions(&script, permissions).expect("chmod");
+        let guests = GuestBuild {
+            root: dir.clone(),
+            target_dir: dir.join("target"),
+            cargo: "cargo".into(),
+            rustc: script.into_os_string(),
+        };
+        let error = guests
+            .build(&[GuestSet::Test])
+            .expect_err("no wasm32-wasip2 here");
+        assert!(
+            matches!(error, GuestBuildError::MissingTarget { .. }),
+            "{error:?}"
+        );
+        assert!(
+            error
+                .to_string()
+                .contains("rustup target add wasm32-wasip2"),
+            "{error}"
+        );
+        std::fs::create_dir_all(dir.join("lib/rustlib").join(GUEST_TARGET)).expect("create");
+        assert!(guests.check_target().is_ok(), "found once installed");
         std::fs::remove_dir_all(&dir).expect("clean up");
     }
 
