@@ -7,6 +7,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod proc_stats;
+
 use std::sync::Arc;
 use std::time::Duration;
 

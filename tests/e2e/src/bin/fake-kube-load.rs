@@ -22,6 +22,7 @@ use vigil_decision::ProbeOutcome;
 use vigil_domain::discovery::{Sources, discover};
 use vigil_domain::reference::{ConnectionMaterial, Reference, Resolution, resolve};
 use vigil_e2e::NativeProber;
+use vigil_e2e::proc_stats::{cpu_seconds, memory_mib};
 
 struct Options {
     clusters: usize,
@@ -66,37 +67,6 @@ impl Drop for Server {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-/// CPU time (user + system) of a process, from /proc, in seconds.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name (which may hold spaces) start after ')'.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest)
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    // utime and stime are fields 14 and 15 of the whole line: 11 and 12 here.
-    (ticks(11) + ticks(12)) / 100.0
-}
-
-/// A `/proc/PID/status` memory line in MiB (VmRSS, VmHWM).
-fn memory_mib(pid: u32, field: &str) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find(|line| line.starts_with(field))
-        .and_then(|line| line.split_whitespace().nth(1))
-        .and_then(|kib| kib.parse::<f64>().ok())
-        .map_or(0.0, |kib| kib / 1024.0)
 }
 
 fn materials(dir: &Path) -> Vec<ConnectionMaterial> {
