@@ -7,6 +7,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod fake_kube;
 pub mod proc_stats;
 
 use std::sync::Arc;

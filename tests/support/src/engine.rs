@@ -213,7 +213,8 @@ pub struct Running {
 }
 
 impl Running {
-    pub fn start(store: Store, prober: ScriptedProber, settings: WorkerSettings) -> Self {
+    /// A worker probing through `prober` (a [`ScriptedProber`], or a real one).
+    pub fn start<P: Prober>(store: Store, prober: P, settings: WorkerSettings) -> Self {
         let (stop, stopped) = oneshot::channel::<()>();
         let worker = Worker::new(store, prober, settings);
         let task = tokio::spawn(worker.run(async move {

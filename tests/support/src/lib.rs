@@ -40,12 +40,18 @@ pub fn first_party_dir() -> PathBuf {
     built().join("first-party")
 }
 
+/// The directory of the built test plugins (`tests/plugins/NAME` as `NAME.wasm`) and the
+/// plugin template.
+pub fn test_plugins_dir() -> PathBuf {
+    built().join("test")
+}
+
 /// The built plugin `name`: a first-party plugin, a test plugin (`tests/plugins/NAME`) or
 /// `plugin-template`. Panics, naming it, when there is no such plugin.
 pub fn plugin_file(name: &str) -> PathBuf {
     [
         first_party_dir().join(format!("{name}.wasm")),
-        built().join("test").join(format!("{name}.wasm")),
+        test_plugins_dir().join(format!("{name}.wasm")),
     ]
     .into_iter()
     .find(|path| path.is_file())
@@ -102,19 +108,6 @@ pub fn plugin_dir_with_only(dir: &Path, name: &str) -> PathBuf {
             "no first-party plugin file {file}"
         );
         std::fs::copy(built.join(&file), plugins.join(&file)).expect("copy the plugin");
-    }
-    plugins
-}
-
-/// A plugin directory `dir/plugins.d` holding every built first-party plugin, as
-/// `scripts/build-plugins first-party` would install it.
-pub fn first_party_plugin_dir(dir: &Path) -> PathBuf {
-    let plugins = dir.join("plugins.d");
-    std::fs::create_dir_all(&plugins).expect("create the plugin dir");
-    for entry in std::fs::read_dir(first_party_dir()).expect("read the first-party plugins") {
-        let path = entry.expect("entry").path();
-        let name = path.file_name().expect("a file name");
-        std::fs::copy(&path, plugins.join(name)).expect("copy the plugin");
     }
     plugins
 }

@@ -11,17 +11,14 @@
 
 #![forbid(unsafe_code)]
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use vigil_decision::ProbeOutcome;
-use vigil_domain::discovery::{Sources, discover};
-use vigil_domain::reference::{ConnectionMaterial, Reference, Resolution, resolve};
 use vigil_e2e::NativeProber;
+use vigil_e2e::fake_kube::{FakeKubeProcess, materials};
 use vigil_e2e::proc_stats::{cpu_seconds, memory_mib};
 
 struct Options {
@@ -59,58 +56,13 @@ fn options() -> Result<Options, String> {
     Ok(options)
 }
 
-/// Kills the server when the benchmark ends, however it ends.
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn materials(dir: &Path) -> Vec<ConnectionMaterial> {
-    let report = discover(&Sources::new([], Some(dir.to_path_buf())));
-    report
-        .clusters
-        .iter()
-        .filter_map(|c| match resolve(&Reference::parse(&c.reference).ok()?) {
-            Resolution::Connection(material) => Some(*material),
-            _ => None,
-        })
-        .collect()
-}
-
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> Result<(), String> {
     let options = options()?;
     let dir = std::env::temp_dir().join(format!("fake-kube-load-{}", std::process::id()));
     let started = Instant::now();
-    let mut child = Command::new(&options.server)
-        .args(["--clusters", &options.clusters.to_string()])
-        .args([
-            "--shape",
-            "token",
-            "--address-block",
-            "77",
-            "--port",
-            "6443",
-        ])
-        .args(["--control", "127.0.0.1:0"])
-        .arg("--kubeconfig-dir")
-        .arg(&dir)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", options.server.display()))?;
-    let stdout = child.stdout.take().ok_or("no stdout")?;
-    let server = Server(child);
-    let pid = server.0.id();
-    let mut ready = String::new();
-    BufReader::new(stdout)
-        .read_line(&mut ready)
-        .map_err(|e| e.to_string())?;
+    let server = FakeKubeProcess::start(&options.server, options.clusters, "token", 77, &dir)?;
+    let pid = server.pid();
     let startup = started.elapsed();
     let idle_rss = memory_mib(pid, "VmRSS:");
     let startup_cpu = cpu_seconds(pid);
@@ -186,7 +138,6 @@ async fn main() -> Result<(), String> {
         server_cpu * 1e6 / requests.max(1) as f64
     );
     println!("| server RSS under load / peak (MiB) | {loaded_rss:.0} / {peak_rss:.0} |");
-    println!("\nready line: {}", ready.trim());
     if errors > 0 {
         return Err(format!("{errors} requests failed"));
     }

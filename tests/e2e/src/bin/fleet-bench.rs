@@ -16,9 +16,8 @@
 //! Wasm and no database; and the ratios of vigil to it.
 //!
 //! ```text
-//! cargo build --release -p vigil -p vigil-fake-kube -p vigil-e2e
-//! VIGIL_PLUGIN_DIR=target/fleet-plugins scripts/build-plugins
-//! target/release/fleet-bench --clusters 10000 --plugin-dir target/fleet-plugins
+//! cargo build --release -p vigil -p vigil-fake-kube -p vigil-e2e   # and the plugins
+//! target/release/fleet-bench --clusters 10000
 //! ```
 //!
 //! Exits non-zero when a cluster gets no outcome before `--deadline` seconds, or when a
@@ -26,7 +25,6 @@
 
 #![forbid(unsafe_code)]
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -36,9 +34,8 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use vigil_decision::ProbeOutcome;
-use vigil_domain::discovery::{Sources, discover};
-use vigil_domain::reference::{ConnectionMaterial, Reference, Resolution, resolve};
 use vigil_e2e::NativeProber;
+use vigil_e2e::fake_kube::{FakeKubeProcess, materials};
 use vigil_e2e::proc_stats::{cpu_seconds, memory_mib};
 
 /// vigil's default probe concurrency, which the floor uses too.
@@ -59,7 +56,8 @@ fn options() -> Result<Options, String> {
         deadline: Duration::from_secs(600),
         vigil: here.with_file_name("vigil"),
         fake_kube: here.with_file_name("fake-kube"),
-        plugin_dir: PathBuf::from("plugins.d"),
+        // The first-party plugins cargo built with this binary (vigil-test-support).
+        plugin_dir: vigil_test_support::first_party_dir(),
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -85,8 +83,7 @@ fn options() -> Result<Options, String> {
     }
     if !options.plugin_dir.join("kubeconfig-file.wasm").is_file() {
         return Err(format!(
-            "no kubeconfig-file plugin in {} (VIGIL_PLUGIN_DIR={} scripts/build-plugins)",
-            options.plugin_dir.display(),
+            "no kubeconfig-file plugin in {}",
             options.plugin_dir.display()
         ));
     }
@@ -101,39 +98,6 @@ impl Drop for Running {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-/// The fake fleet: N clusters on 127.78.x.y:6443, their kubeconfigs in `dir`.
-fn start_fleet(options: &Options, dir: &Path) -> Result<Running, String> {
-    let mut child = Command::new(&options.fake_kube)
-        .args(["--clusters", &options.clusters.to_string()])
-        .args([
-            "--shape",
-            "embedded",
-            "--address-block",
-            "78",
-            "--port",
-            "6443",
-        ])
-        .args(["--control", "127.0.0.1:0"])
-        .arg("--kubeconfig-dir")
-        .arg(dir)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", options.fake_kube.display()))?;
-    let stdout = child.stdout.take().ok_or("fake-kube has no stdout")?;
-    let fleet = Running(child);
-    // The first line says the fleet is ready.
-    let mut ready = String::new();
-    BufReader::new(stdout)
-        .read_line(&mut ready)
-        .map_err(|e| e.to_string())?;
-    if ready.is_empty() {
-        return Err("fake-kube stopped before it was ready".to_owned());
-    }
-    Ok(fleet)
 }
 
 /// A loopback address no one listens on now.
@@ -294,16 +258,7 @@ struct FloorRun {
 }
 
 async fn run_floor(kubeconfigs: &Path) -> Result<FloorRun, String> {
-    let report = discover(&Sources::new([], Some(kubeconfigs.to_path_buf())));
-    let materials: Vec<ConnectionMaterial> = report
-        .clusters
-        .iter()
-        .filter_map(|c| match resolve(&Reference::parse(&c.reference).ok()?) {
-            Resolution::Connection(material) => Some(*material),
-            _ => None,
-        })
-        .collect();
-    let materials = Arc::new(materials);
+    let materials = Arc::new(materials(kubeconfigs));
     let prober = NativeProber::default();
     let next = Arc::new(AtomicUsize::new(0));
     let failed = Arc::new(AtomicUsize::new(0));
@@ -352,7 +307,14 @@ async fn main() -> Result<(), String> {
     let kubeconfigs = work.join("kubeconfigs");
     std::fs::create_dir_all(&work).map_err(|e| e.to_string())?;
     let result = async {
-        let fleet = start_fleet(&options, &kubeconfigs)?;
+        // N clusters on 127.78.x.y:6443, client certificates embedded in their kubeconfigs.
+        let fleet = FakeKubeProcess::start(
+            &options.fake_kube,
+            options.clusters,
+            "embedded",
+            78,
+            &kubeconfigs,
+        )?;
         let vigil = run_vigil(&options, &kubeconfigs, &work).await?;
         let floor = run_floor(&kubeconfigs).await?;
         drop(fleet);

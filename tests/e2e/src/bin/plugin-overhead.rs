@@ -32,16 +32,13 @@
 //! ticker sleeps.
 //!
 //! ```text
-//! scripts/build-plugins
-//! cargo build --release -p vigil-fake-kube -p vigil-e2e
+//! cargo build --release -p vigil-fake-kube -p vigil-e2e   # builds the plugins it loads too
 //! target/release/plugin-overhead
 //! ```
 
 #![forbid(unsafe_code)]
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -50,14 +47,12 @@ use vigil_domain::discovery::{Sources, discover};
 use vigil_domain::probe::{ProbeTarget, Prober};
 use vigil_domain::reference::{Reference, Resolution, resolve};
 use vigil_e2e::NativeProber;
+use vigil_e2e::fake_kube::FakeKubeProcess;
 use vigil_plugin_host::{CacheStatus, PluginRuntime, RuntimeSettings, TICKER_LINGER};
 
 /// The allocator of the `vigil` binary, so that the runtime is measured as vigil runs it.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-/// The repository root, where `plugins.d/` and `target/test-plugins/` are.
-const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 
 struct Options {
     calls: usize,
@@ -99,10 +94,9 @@ impl CpuClock {
 const USAGE: &str = "plugin-overhead [--calls 10000] [--warmup 1000] [--loads 20] [--cold-loads 5] \
 [--probes 500] [--rounds 5] [--address-block 79] [--server PATH] [--plugins DIR] [--test-plugins DIR] \
 [--only calls|loads|probes] [--prober native|plugin] [--clock cpu|none] [--parallel 1] \
-[--cold-call FILE.wasm]";
+[--cold-call FILE.wasm|NAME]";
 
 fn options() -> Result<Options, String> {
-    let root = Path::new(ROOT);
     let mut options = Options {
         calls: 10_000,
         warmup: 1_000,
@@ -114,8 +108,9 @@ fn options() -> Result<Options, String> {
         server: std::env::current_exe()
             .map_err(|e| e.to_string())?
             .with_file_name("fake-kube"),
-        plugins: root.join("plugins.d"),
-        test_plugins: root.join("target/test-plugins"),
+        // The plugins cargo built for the tests (vigil-test-support), unless told otherwise.
+        plugins: vigil_test_support::first_party_dir(),
+        test_plugins: vigil_test_support::test_plugins_dir(),
         only: None,
         prober: None,
         clock: CpuClock(true),
@@ -151,7 +146,14 @@ fn options() -> Result<Options, String> {
             "--server" => options.server = PathBuf::from(value),
             "--plugins" => options.plugins = PathBuf::from(value),
             "--test-plugins" => options.test_plugins = PathBuf::from(value),
-            "--cold-call" => options.cold_call = Some(PathBuf::from(value)),
+            // A `.wasm` file, or the name of a plugin built for the tests (`noop`).
+            "--cold-call" => {
+                options.cold_call = Some(if value.ends_with(".wasm") {
+                    PathBuf::from(value)
+                } else {
+                    vigil_test_support::plugin_file(&value)
+                });
+            }
             "--only" if ["calls", "loads", "probes"].contains(&value.as_str()) => {
                 options.only = Some(value);
             }
@@ -191,22 +193,12 @@ impl Drop for Scratch {
     }
 }
 
-/// Kills the fake server when the benchmark ends, however it ends.
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// A plugin directory `dir` holding `source` (a built `.wasm`) as `NAME.wasm`, with
 /// `grants` as its `NAME.toml`.
 fn plugin_dir(dir: &Path, name: &str, source: &Path, grants: &str) -> Result<PathBuf, String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     std::fs::copy(source, dir.join(format!("{name}.wasm")))
-        .map_err(|e| format!("{} (run scripts/build-plugins): {e}", source.display()))?;
+        .map_err(|e| format!("{}: {e}", source.display()))?;
     std::fs::write(dir.join(format!("{name}.toml")), grants).map_err(|e| e.to_string())?;
     Ok(dir.to_path_buf())
 }
@@ -351,7 +343,7 @@ async fn load_times(options: &Options, scratch: &Path) -> Result<Vec<String>, St
     std::fs::create_dir_all(&empty).map_err(|e| e.to_string())?;
     let source = options.plugins.join("kubeconfig-file.wasm");
     let grants = std::fs::read_to_string(options.plugins.join("kubeconfig-file.toml"))
-        .map_err(|e| format!("kubeconfig-file.toml (run scripts/build-plugins): {e}"))?;
+        .map_err(|e| format!("kubeconfig-file.toml: {e}"))?;
     let plugins = plugin_dir(
         &scratch.join("kubeconfig-file"),
         "kubeconfig-file",
@@ -431,26 +423,13 @@ async fn load_times(options: &Options, scratch: &Path) -> Result<Vec<String>, St
 ///    by a child process.
 async fn plugin_vs_native(options: &Options, scratch: &Path) -> Result<Vec<String>, String> {
     let kubeconfigs = scratch.join("kubeconfigs");
-    let mut child = Command::new(&options.server)
-        .args(["--clusters", "1", "--shape", "embedded", "--port", "6443"])
-        .args(["--address-block", &options.address_block.to_string()])
-        .args(["--control", "127.0.0.1:0"])
-        .arg("--kubeconfig-dir")
-        .arg(&kubeconfigs)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", options.server.display()))?;
-    let stdout = child.stdout.take().ok_or("no stdout")?;
-    let server = Server(child);
-    let mut ready = String::new();
-    BufReader::new(stdout)
-        .read_line(&mut ready)
-        .map_err(|e| e.to_string())?;
-    if !ready.starts_with("fake-kube ready") {
-        return Err(format!("the fake server did not start: {ready:?}"));
-    }
+    let server = FakeKubeProcess::start(
+        &options.server,
+        1,
+        "embedded",
+        options.address_block,
+        &kubeconfigs,
+    )?;
 
     let report = discover(&Sources::new([], Some(kubeconfigs)));
     let cluster = report.clusters.first().ok_or("no cluster discovered")?;

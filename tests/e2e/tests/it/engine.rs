@@ -6,57 +6,15 @@ use std::future::Future;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use tokio::sync::oneshot;
-use vigil_decision::{AppStatus, BrakeConfig, ClusterStatus, HealthPolicy};
+use vigil_decision::{AppStatus, ClusterStatus};
 use vigil_domain::discovery::{self, Sources};
 use vigil_domain::probe::wall_clock;
 use vigil_e2e::NativeProber;
-use vigil_engine::worker::{Worker, WorkerSettings, WorkerStats};
 use vigil_fake_kube::{AddressPlan, Fleet, HangPoint, KubeconfigOptions, ShapePlan};
 use vigil_store::{DiscoveredClusterRow, Store};
+use vigil_test_support::engine::{Running, settings};
 
 const NAMESPACES: &str = "/api/v1/namespaces";
-
-fn settings(interval_seconds: u32) -> WorkerSettings {
-    let defaults = HealthPolicy {
-        interval_seconds,
-        timeout_seconds: 1,
-        failure_threshold: 2,
-        ..HealthPolicy::default()
-    };
-    let brake = BrakeConfig {
-        enabled: true,
-        ratio: 1.0,
-        min_failed: 3,
-        window_millis: 30_000,
-    };
-    let mut settings = WorkerSettings::new(defaults, brake, 64);
-    settings.grace = Duration::from_millis(500);
-    settings.max_idle = Duration::from_millis(100);
-    settings.brake_window_explicit = true;
-    settings
-}
-
-struct Engine {
-    stop: oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<WorkerStats>,
-}
-
-impl Engine {
-    fn start(store: &Store, settings: WorkerSettings) -> Self {
-        let (stop, stopped) = oneshot::channel::<()>();
-        let worker = Worker::new(store.clone(), NativeProber::default(), settings);
-        let task = tokio::spawn(worker.run(async move {
-            let _ = stopped.await;
-        }));
-        Self { stop, task }
-    }
-
-    async fn stop(self) -> WorkerStats {
-        let _ = self.stop.send(());
-        self.task.await.unwrap()
-    }
-}
 
 /// Starts `n` fake clusters, writes their kubeconfigs in every shape, and
 /// discovers them into a fresh database.
@@ -140,7 +98,7 @@ async fn written_kubeconfigs_go_online_then_an_outage_cascades_and_recovery_rest
         .await
         .unwrap();
 
-    let engine = Engine::start(&store, settings(1));
+    let engine = Running::start(store.clone(), NativeProber::default(), settings(1, 2));
     wait_until(Duration::from_secs(10), "every cluster is ONLINE", || {
         all_status(&store, ClusterStatus::Online)
     })
@@ -206,7 +164,7 @@ async fn a_hanging_cluster_times_out_while_the_server_sees_the_other_49_probed_o
     hanging.hang(HangPoint::Request).await.unwrap();
 
     let started = std::time::SystemTime::now();
-    let engine = Engine::start(&store, settings(1));
+    let engine = Running::start(store.clone(), NativeProber::default(), settings(1, 2));
     wait_until(
         Duration::from_secs(15),
         "the 49 others were probed three times",
@@ -282,7 +240,7 @@ async fn a_hanging_cluster_times_out_while_the_server_sees_the_other_49_probed_o
 async fn after_a_restart_clusters_not_yet_due_are_not_probed() {
     let dir = tempfile::tempdir().unwrap();
     let (fleet, store) = setup(5, dir.path()).await;
-    let engine = Engine::start(&store, settings(60));
+    let engine = Running::start(store.clone(), NativeProber::default(), settings(60, 2));
     wait_until(Duration::from_secs(10), "every cluster is ONLINE", || {
         all_status(&store, ClusterStatus::Online)
     })
@@ -305,7 +263,7 @@ async fn after_a_restart_clusters_not_yet_due_are_not_probed() {
         .execute(store.pool())
         .await
         .unwrap();
-    let engine = Engine::start(&store, settings(60));
+    let engine = Running::start(store.clone(), NativeProber::default(), settings(60, 2));
     wait_until(
         Duration::from_secs(5),
         "the overdue cluster is probed",
