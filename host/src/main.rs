@@ -118,11 +118,19 @@ fn main() -> ExitCode {
 
 /// `vigil serve`, until SIGINT or SIGTERM.
 fn serve(args: &ServeArgs) -> Exit {
+    // Where the kernel backs all anonymous memory with transparent huge pages, each page
+    // the allocator gives back and takes again is a fresh 2 MiB to zero: a tenth of the
+    // engine's CPU during a burst of probes, and twice its resident memory (BENCHMARKS.md,
+    // "The whole engine against a fleet"). Small pages cost neither.
+    let huge_pages_off = rustix::thread::disable_transparent_huge_pages(true);
     let mut config = match args.engine_config(std::env::home_dir()) {
         Ok(config) => config,
         Err(error) => return Exit::Settings(error.to_string()),
     };
     init_logging(config.log_format, "info");
+    if let Err(error) = huge_pages_off {
+        tracing::debug!(%error, "transparent huge pages stay as the kernel sets them");
+    }
     if let Err(exit) = fit_open_files(&mut config) {
         return exit;
     }

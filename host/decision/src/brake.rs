@@ -166,29 +166,40 @@ pub fn evaluate<K: Ord + Clone>(
                 .get(&key)
                 .copied()
                 .unwrap_or(BrakeVerdict::NEVER_ENGAGED);
-            // A small tolerance keeps "at least the ratio" exact where the
-            // float product overshoots (0.28 × 25 = 7.000000000000001).
-            let mass_failure = config.enabled
-                && failed >= config.min_failed.max(1)
-                && f64::from(failed) + RATIO_TOLERANCE >= config.ratio * f64::from(considered);
-            let answered = considered > failed;
-            let verdict = match before {
-                BrakeVerdict::Holding { .. } if !config.enabled => {
-                    BrakeVerdict::Released { since: Some(now) }
-                }
-                BrakeVerdict::Holding { .. } if mass_failure || !answered => before,
-                BrakeVerdict::Holding { .. } => BrakeVerdict::Released { since: Some(now) },
-                BrakeVerdict::Released { .. } if mass_failure => {
-                    BrakeVerdict::Holding { since: now }
-                }
-                BrakeVerdict::Released { .. } => before,
-            };
-            let assessment = BrakeAssessment {
-                verdict,
-                considered,
-                failed,
-            };
-            (key, assessment)
+            (key, assess(considered, failed, before, config, now))
         })
         .collect()
+}
+
+/// The verdict of one group from its tally alone — `considered` clusters with a
+/// conclusive outcome inside the window, `failed` of them failures — as [`evaluate`]
+/// gives it. A store that counts the window's outcomes itself (one aggregate query)
+/// calls this instead of handing over every sample.
+pub fn assess(
+    considered: u32,
+    failed: u32,
+    before: BrakeVerdict,
+    config: &BrakeConfig,
+    now: Timestamp,
+) -> BrakeAssessment {
+    // A small tolerance keeps "at least the ratio" exact where the
+    // float product overshoots (0.28 × 25 = 7.000000000000001).
+    let mass_failure = config.enabled
+        && failed >= config.min_failed.max(1)
+        && f64::from(failed) + RATIO_TOLERANCE >= config.ratio * f64::from(considered);
+    let answered = considered > failed;
+    let verdict = match before {
+        BrakeVerdict::Holding { .. } if !config.enabled => {
+            BrakeVerdict::Released { since: Some(now) }
+        }
+        BrakeVerdict::Holding { .. } if mass_failure || !answered => before,
+        BrakeVerdict::Holding { .. } => BrakeVerdict::Released { since: Some(now) },
+        BrakeVerdict::Released { .. } if mass_failure => BrakeVerdict::Holding { since: now },
+        BrakeVerdict::Released { .. } => before,
+    };
+    BrakeAssessment {
+        verdict,
+        considered,
+        failed,
+    }
 }

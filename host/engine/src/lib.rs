@@ -2,7 +2,8 @@
 //! store of [`vigil_store`]:
 //!
 //! - [`worker`]: probes each cluster when it is due, under a concurrency bound, through
-//!   any [`vigil_domain::probe::Prober`], and applies every result in its own transaction;
+//!   any [`vigil_domain::probe::Prober`], and applies every result whole, alone (results
+//!   that arrive together share a commit, each in its own savepoint);
 //! - [`discovery`]: what the kubeconfig sources define, upserted into the store;
 //!   [`discovery_preview`]: the same, planned and never written;
 //! - [`auditing`]: drain-readiness audits of the ONLINE clusters, through an [`auditing::Auditor`];

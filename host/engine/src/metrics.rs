@@ -45,6 +45,12 @@ const DURATION_BUCKETS: [f64; 15] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
 
+/// Buckets of the scheduler's lag, in seconds: up to 1 s it keeps up; beyond, probes
+/// queue behind each other.
+const DELAY_BUCKETS: [f64; 14] = [
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0,
+];
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct ProbeLabels {
     plugin: String,
@@ -118,6 +124,7 @@ struct Recorded {
     host_faults: Counter,
     plugin_changes: Family<PluginChangeLabels, Counter>,
     tick_duration: Histogram,
+    start_delay: Histogram,
 }
 
 impl Metrics {
@@ -136,6 +143,7 @@ impl Metrics {
                 host_faults: Counter::default(),
                 plugin_changes: Family::default(),
                 tick_duration: duration_histogram(),
+                start_delay: Histogram::new(DELAY_BUCKETS),
             }),
         }
     }
@@ -232,6 +240,12 @@ impl Metrics {
     /// for due clusters and starting their probes; not the probes themselves).
     pub fn record_tick(&self, elapsed: Duration) {
         self.inner.tick_duration.observe(elapsed.as_secs_f64());
+    }
+
+    /// Records how late one probe started after its cluster was due: the scheduler's
+    /// lag, near zero while the worker keeps up with the fleet.
+    pub fn record_start_delay(&self, delay: Duration) {
+        self.inner.start_delay.observe(delay.as_secs_f64());
     }
 
     /// The metrics in the classic Prometheus text format (serve it with
@@ -372,6 +386,12 @@ impl Metrics {
             "Duration of one iteration of the health worker's scheduling loop (finding due \
              clusters and starting their probes)",
             recorded.tick_duration.clone(),
+        );
+        registry.register(
+            "vigil_probe_start_delay_seconds",
+            "How late each probe started after its cluster was due (the scheduler's lag; \
+             it grows when the fleet needs more probes per second than vigil can make)",
+            recorded.start_delay.clone(),
         );
 
         let mut text = String::new();

@@ -1,6 +1,7 @@
 //! The health worker: probes each cluster when it is due, under a concurrency
-//! bound, and applies every result in its own transaction
-//! (docs/rules.md#one-transaction-per-cluster).
+//! bound, and applies every result whole or not at all, alone: results that arrive
+//! together are committed together, each in a savepoint of its own
+//! (docs/rules.md#each-clusters-result-stands-alone).
 //!
 //! The worker owns scheduling only. What a probe *is* sits behind [`Prober`]
 //! (the plugin runtime in production, scripted probers in tests); what a result
@@ -12,7 +13,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 use tracing::{Instrument, debug, info, info_span, warn};
 use vigil_decision::{
@@ -24,7 +25,7 @@ use crate::metrics::{AUTO_PLUGIN, Metrics};
 use vigil_decision::ProbedBy;
 use vigil_domain::probe::{ProbeTarget, Probed, Prober, error_chain, wall_clock};
 use vigil_domain::reference::{self, Reference, Resolution};
-use vigil_store::{AppliedProbe, ApplySettings, ClusterRecord, Store, StoreError};
+use vigil_store::{AppliedProbe, ApplySettings, ClusterRecord, ProbeResult, Store, StoreError};
 /// The worker's settings (from `CLUSTER_HEALTH_*`).
 #[derive(Debug, Clone, Copy)]
 pub struct WorkerSettings {
@@ -262,80 +263,105 @@ impl<P: Prober> Worker<P> {
     /// cannot be written holds its cluster back (see [`Holds`]). Neither stops the worker.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> WorkerStats {
         let (stop_tx, stop_rx) = watch::channel(false);
+        let (results, pending) = mpsc::channel(MAX_BATCH);
+        let writer = tokio::spawn(write_results(
+            self.store.clone(),
+            self.settings.apply(),
+            pending,
+        ));
         let slots = Arc::clone(&self.slots);
+        let freed = Arc::new(Notify::new());
         let in_flight = Arc::clone(&self.in_flight);
         let mut tasks: JoinSet<ProbeEnd> = JoinSet::new();
         let mut stats = WorkerStats::default();
         let mut read_failures: u32 = 0;
         tokio::pin!(shutdown);
 
+        // When the schedule must be read again: `None` is now (at start, after a wake-up,
+        // and whenever every slot is taken, so that the job that ends first frees a slot
+        // for whatever is due). A job ending while slots are free reads nothing: what it
+        // probed is due again an interval later, and nothing else is due before the
+        // earliest time read last.
+        let mut next_look: Option<Instant> = None;
         loop {
             let tick = Instant::now();
             while let Some(end) = tasks.try_join_next() {
                 stats.count(end);
             }
-            let mut read_failed = false;
-            let free = slots.available_permits();
-            if free > 0 {
-                let mut skip: HashSet<ClusterId> = lock(&in_flight).clone();
-                skip.extend(self.held_now());
-                let due = match self
-                    .store
-                    .due_clusters(wall_clock(), free + skip.len())
-                    .await
-                {
-                    Ok(due) => due,
-                    Err(error) => {
-                        read_failed = true;
-                        warn!(error = %error_chain(&error), "could not read which clusters are due; trying again");
-                        Vec::new()
+            let mut sleep = next_look.map_or(Duration::ZERO, |at| at.saturating_duration_since(tick));
+            if sleep.is_zero() {
+                let mut read_failed = false;
+                let free = slots.available_permits();
+                if free > 0 {
+                    let mut skip: HashSet<ClusterId> = lock(&in_flight).clone();
+                    skip.extend(self.held_now());
+                    let excluded: Vec<i64> = skip.iter().map(|id| id.0).collect();
+                    let due = match self
+                        .store
+                        .due_clusters_excluding(wall_clock(), &excluded, free)
+                        .await
+                    {
+                        Ok(due) => due,
+                        Err(error) => {
+                            read_failed = true;
+                            warn!(error = %error_chain(&error), "could not read which clusters are due; trying again");
+                            Vec::new()
+                        }
+                    };
+                    for cluster in due.into_iter().filter(|c| !skip.contains(&c.id)) {
+                        let Ok(permit) = Arc::clone(&slots).try_acquire_owned() else {
+                            break;
+                        };
+                        let slot = Slot {
+                            _permit: permit,
+                            freed: Arc::clone(&freed),
+                        };
+                        lock(&in_flight).insert(cluster.id);
+                        let job = ProbeJob {
+                            store: self.store.clone(),
+                            prober: Arc::clone(&self.prober),
+                            settings: self.settings,
+                            in_flight: Arc::clone(&in_flight),
+                            stop: stop_rx.clone(),
+                            metrics: self.metrics.clone(),
+                            holds: Arc::clone(&self.holds),
+                            writes: Arc::clone(&self.writes),
+                            results: results.clone(),
+                        };
+                        let span = info_span!("probe", cluster = %cluster.name, plugin = cluster.plugin.as_deref().unwrap_or("auto"));
+                        tasks.spawn(job.run(cluster, slot).instrument(span));
+                    }
+                }
+                (sleep, next_look) = if read_failed {
+                    let wait = self.read_backoff(&mut read_failures);
+                    (wait, Some(Instant::now() + wait))
+                } else if slots.available_permits() == 0 {
+                    // The next look is when a job ends.
+                    (self.settings.max_idle, None)
+                } else {
+                    match self.sleep_until_next_due(&in_flight).await {
+                        Ok(wait) => {
+                            read_failures = 0;
+                            (wait, Some(Instant::now() + wait))
+                        }
+                        Err(error) => {
+                            warn!(error = %error_chain(&error), "could not read when the next cluster is due; trying again");
+                            let wait = self.read_backoff(&mut read_failures);
+                            (wait, Some(Instant::now() + wait))
+                        }
                     }
                 };
-                for cluster in due.into_iter().filter(|c| !skip.contains(&c.id)).take(free) {
-                    let Ok(permit) = Arc::clone(&slots).try_acquire_owned() else {
-                        break;
-                    };
-                    lock(&in_flight).insert(cluster.id);
-                    let job = ProbeJob {
-                        store: self.store.clone(),
-                        prober: Arc::clone(&self.prober),
-                        settings: self.settings,
-                        in_flight: Arc::clone(&in_flight),
-                        stop: stop_rx.clone(),
-                        metrics: self.metrics.clone(),
-                        holds: Arc::clone(&self.holds),
-                        writes: Arc::clone(&self.writes),
-                    };
-                    let span = info_span!("probe", cluster = %cluster.name, plugin = cluster.plugin.as_deref().unwrap_or("auto"));
-                    tasks.spawn(
-                        async move {
-                            let end = job.run(cluster).await;
-                            drop(permit);
-                            end
-                        }
-                        .instrument(span),
-                    );
-                }
             }
-
-            let sleep = match self.sleep_until_next_due(&in_flight).await {
-                Ok(sleep) if !read_failed => {
-                    read_failures = 0;
-                    sleep
-                }
-                Ok(_) => self.read_backoff(&mut read_failures),
-                Err(error) => {
-                    warn!(error = %error_chain(&error), "could not read when the next cluster is due; trying again");
-                    self.read_backoff(&mut read_failures)
-                }
-            };
             if let Some(metrics) = &self.metrics {
                 metrics.record_tick(tick.elapsed());
             }
             tokio::select! {
                 () = &mut shutdown => break,
-                () = tokio::time::sleep(sleep) => {}
-                () = self.wake.notified() => {}
+                () = tokio::time::sleep(sleep) => next_look = None,
+                () = self.wake.notified() => next_look = None,
+                // A probe ended and gave its slot back (its result may still be being
+                // written): when every slot was taken, the schedule is read now.
+                () = freed.notified() => {}
                 Some(end) = tasks.join_next(), if !tasks.is_empty() => stats.count(end),
             }
         }
@@ -346,6 +372,11 @@ impl<P: Prober> Worker<P> {
         let _ = stop_tx.send(true);
         while let Some(end) = tasks.join_next().await {
             stats.count(end);
+        }
+        // Every job has its answer: the writer ends once its last sender is gone.
+        drop(results);
+        if let Err(error) = writer.await {
+            warn!(%error, "the result writer ended abnormally");
         }
         info!(
             applied = stats.applied,
@@ -432,22 +463,109 @@ struct ProbeJob<P> {
     metrics: Option<Metrics>,
     holds: Holds,
     writes: Arc<StoreWrites>,
+    results: mpsc::Sender<WriteRequest>,
+}
+
+/// The most probe results one transaction writes.
+const MAX_BATCH: usize = 128;
+
+/// How long the writer waits, after a result arrives, for others to share its commit.
+/// Results are then written at most this late, and rare probes share a sync of the log
+/// as busy ones do: at a hundred probes a second, about ten a commit.
+const COMMIT_LINGER: Duration = Duration::from_millis(100);
+
+/// One of the worker's concurrency slots, held by a probe until it ends; giving it back
+/// wakes the scheduler.
+struct Slot {
+    _permit: OwnedSemaphorePermit,
+    freed: Arc<Notify>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.freed.notify_one();
+    }
+}
+
+/// What a job asks the result writer, and where the answer goes.
+struct WriteRequest {
+    cluster: ClusterId,
+    outcome: ProbeOutcome,
+    by: Option<ProbedBy>,
+    now: Timestamp,
+    next_due: Timestamp,
+    answer: oneshot::Sender<Result<Option<AppliedProbe>, Arc<StoreError>>>,
+}
+
+/// Writes the jobs' results: what arrives within [`COMMIT_LINGER`] of the first (up to
+/// [`MAX_BATCH`]) in one transaction, each result in a savepoint of its own
+/// ([`Store::apply_probes`]). Ends, having written everything, when every sender is gone.
+async fn write_results(
+    store: Store,
+    settings: ApplySettings,
+    mut pending: mpsc::Receiver<WriteRequest>,
+) {
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    while pending.recv_many(&mut batch, MAX_BATCH).await > 0 {
+        let linger = tokio::time::Instant::now() + COMMIT_LINGER;
+        while batch.len() < MAX_BATCH {
+            let room = MAX_BATCH - batch.len();
+            match tokio::time::timeout_at(linger, pending.recv_many(&mut batch, room)).await {
+                // More arrived: wait for the rest of the linger.
+                Ok(received) if received > 0 => {}
+                // Every sender is gone (the worker is stopping), or the linger is over.
+                _ => break,
+            }
+        }
+        let results: Vec<ProbeResult<'_>> = batch
+            .iter()
+            .map(|request: &WriteRequest| ProbeResult {
+                cluster: request.cluster,
+                outcome: &request.outcome,
+                by: request.by.as_ref(),
+                now: request.now,
+                next_due: request.next_due,
+            })
+            .collect();
+        let written = store.apply_probes(&results, &settings).await;
+        drop(results);
+        match written {
+            Ok(applied) => {
+                for (request, applied) in batch.drain(..).zip(applied) {
+                    let _ = request.answer.send(applied.map_err(Arc::new));
+                }
+            }
+            Err(error) => {
+                let error = Arc::new(error);
+                for request in batch.drain(..) {
+                    let _ = request.answer.send(Err(Arc::clone(&error)));
+                }
+            }
+        }
+    }
 }
 
 impl<P: Prober> ProbeJob<P> {
-    async fn run(mut self, cluster: ClusterRecord) -> ProbeEnd {
+    /// Probes `cluster` in `slot`, gives the slot back once the result is queued for
+    /// writing, and applies it; the cluster stays in flight until it is written.
+    async fn run(mut self, cluster: ClusterRecord, slot: Slot) -> ProbeEnd {
         let id = cluster.id;
-        let end = self.probe_and_apply(cluster).await;
+        let end = self.probe_and_apply(cluster, slot).await;
         lock(&self.in_flight).remove(&id);
         end
     }
 
-    async fn probe_and_apply(&mut self, cluster: ClusterRecord) -> ProbeEnd {
+    async fn probe_and_apply(&mut self, cluster: ClusterRecord, slot: Slot) -> ProbeEnd {
         let policy = self.settings.defaults.with_overrides(&cluster.policy);
         let started = wall_clock();
+        if let Some(metrics) = &self.metrics {
+            let late = u64::try_from(started.millis_since(cluster.next_due)).unwrap_or(0);
+            metrics.record_start_delay(Duration::from_millis(late));
+        }
         let next_due = schedule_next(cluster.id, started, &policy);
 
         if policy.disabled {
+            drop(slot);
             return match self
                 .store
                 .apply_disabled(cluster.id, true, started, next_due)
@@ -482,18 +600,31 @@ impl<P: Prober> ProbeJob<P> {
 
         let now = wall_clock();
         let next_due = next_due.max(now);
-        match self
-            .store
-            .apply_probe_by(
-                cluster.id,
-                &outcome,
-                by.as_ref(),
-                now,
-                next_due,
-                &self.settings.apply(),
-            )
-            .await
-        {
+        let (answer, written) = oneshot::channel();
+        let request = WriteRequest {
+            cluster: cluster.id,
+            outcome: outcome.clone(),
+            by: by.clone(),
+            now,
+            next_due,
+            answer,
+        };
+        let sent = self.results.send(request).await;
+        // The result is queued: the next probe may start while it is written. (The queue
+        // is bounded, so a slow database holds the slots back instead of letting probes
+        // pile up behind it.)
+        drop(slot);
+        let written = match sent {
+            Ok(()) => written.await.ok(),
+            Err(_) => None,
+        };
+        let Some(written) = written else {
+            // The writer is gone (it never ends while a job can ask it): nothing was
+            // written, and the cluster stays due.
+            warn!("probe result not applied: the result writer stopped");
+            return ProbeEnd::Failed;
+        };
+        match written {
             Ok(Some(applied)) => {
                 self.written(cluster.id);
                 log_applied(&applied, &outcome);

@@ -28,7 +28,7 @@ use serde::Serialize;
 use sqlx::sqlite::SqliteSynchronous;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
 use sqlx::{FromRow, Sqlite, SqlitePool, Transaction};
-use vigil_decision::brake::{self, BrakeAssessment, FleetSample};
+use vigil_decision::brake::{self, BrakeAssessment};
 use vigil_decision::{
     AppId, AppStatus, AppView, BrakeConfig, BrakeVerdict, Cascade, ClusterHealth, ClusterId,
     ClusterStatus, Condition, Decision, HealthEvent, HealthPolicy, NotCounted, OutageId,
@@ -1106,6 +1106,31 @@ impl Store {
         rows.into_iter().map(ClusterRecord::try_from).collect()
     }
 
+    /// [`Self::due_clusters`] other than `excluded` (the worker excludes the clusters
+    /// whose probe is in flight or held back), so that `limit` is the number of probes
+    /// it can start.
+    pub async fn due_clusters_excluding(
+        &self,
+        now: Timestamp,
+        excluded: &[i64],
+        limit: usize,
+    ) -> Result<Vec<ClusterRecord>, StoreError> {
+        let excluded = serde_json::to_string(excluded).unwrap_or_else(|_| "[]".to_owned());
+        let sql = format!(
+            "SELECT {CLUSTER_COLUMNS} FROM clusters WHERE ignored = 0 AND next_due <= ? \
+             AND id NOT IN (SELECT value FROM json_each(?)) \
+             ORDER BY next_due, id LIMIT ?"
+        );
+        let rows: Vec<ClusterRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .bind(now.0)
+            .bind(excluded)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(query_error("listing due clusters"))?;
+        rows.into_iter().map(ClusterRecord::try_from).collect()
+    }
+
     /// The earliest `next_due` among clusters that are probed, if any.
     pub async fn next_due(&self) -> Result<Option<Timestamp>, StoreError> {
         let next: Option<i64> =
@@ -1161,195 +1186,83 @@ impl Store {
         settings: &ApplySettings,
     ) -> Result<Option<AppliedProbe>, StoreError> {
         let mut tx = self.begin_write().await?;
-        let Some(record) = cluster_in_tx(&mut tx, cluster).await? else {
-            return Ok(None);
-        };
-        if record.ignored {
-            return Ok(None);
-        }
-        let policy = settings.defaults.with_overrides(&record.policy);
-        let failed = counts_as_failure(outcome, &policy);
-
-        let brake_before = brake_state_in_tx(&mut tx).await?.verdict;
-        let assessment = if brake::needs_assessment(
-            brake_before,
-            failed,
-            outcome.is_conclusive(),
-            &settings.brake,
-        ) {
-            let config = if settings.brake_window_explicit {
-                settings.brake
-            } else {
-                settings
-                    .brake
-                    .for_fleet(largest_interval_millis(&mut tx).await?)
-            };
-            Some(evaluate_brake(&mut tx, cluster, failed, now, &config, brake_before).await?)
-        } else {
-            None
-        };
-        let brake_now = assessment.map_or(brake_before, |a| a.verdict);
-
-        let apps: Vec<AppRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "{APP_SELECT} WHERE a.cluster_id = ? ORDER BY a.id"
-        )))
-        .bind(cluster.0)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(query_error("reading a cluster's apps"))?;
-        let apps: Vec<AppView> = apps.iter().map(AppRow::view).collect::<Result<_, _>>()?;
-
-        let mut decision = decide(&ProbeInput {
+        let result = ProbeResult {
             cluster,
-            health: &record.health,
-            policy: &policy,
             outcome,
+            by,
             now,
-            brake: brake_now,
-            apps: &apps,
-        });
-
-        if let Some(assessment) = assessment
-            && assessment.changed_from(brake_before)
-        {
-            let kind = if assessment.verdict.holds() {
-                "brake-engaged"
-            } else {
-                "brake-released"
-            };
-            insert_event(
-                &mut tx,
-                now,
-                None,
-                None,
-                kind,
-                &serde_json::json!({ "considered": assessment.considered, "failed": assessment.failed }),
-                None,
-            )
-            .await?;
-        }
-        if let Some(assessment) = assessment {
-            save_brake(&mut tx, assessment.verdict).await?;
-        }
-
-        let mut opened_outage = None;
-        match &decision.cascade {
-            Cascade::None => {}
-            Cascade::Degrade { apps } => {
-                let outage: i64 = sqlx::query_scalar(
-                    "INSERT INTO outages (cluster_id, opened_at) VALUES (?, ?) RETURNING id",
-                )
-                .bind(cluster.0)
-                .bind(now.0)
-                .fetch_one(&mut *tx)
+            next_due,
+        };
+        let applied = apply_probe_in_tx(&mut tx, &result, settings).await?;
+        if applied.is_some() {
+            tx.commit()
                 .await
-                .map_err(query_error("opening an outage"))?;
-                sqlx::query(
-                    "UPDATE apps SET status = 'DEGRADED', degraded_by_outage = ?, updated_at = ? \
-                     WHERE cluster_id = ? AND status = 'DEPLOYED' \
-                     AND id IN (SELECT value FROM json_each(?))",
-                )
-                .bind(outage)
-                .bind(now.0)
-                .bind(cluster.0)
-                .bind(ids_json(apps))
-                .execute(&mut *tx)
-                .await
-                .map_err(query_error("degrading apps"))?;
-                decision.health.open_outage = Some(OutageId(outage));
-                opened_outage = Some(OutageId(outage));
-            }
-            Cascade::Restore { outage, apps } => {
-                sqlx::query("UPDATE outages SET closed_at = ? WHERE id = ?")
-                    .bind(now.0)
-                    .bind(outage.0)
-                    .execute(&mut *tx)
+                .map_err(query_error("committing a probe result"))?;
+        }
+        Ok(applied)
+    }
+
+    /// Applies several probes' results in one transaction, each as
+    /// [`Self::apply_probe_by`] would, inside a savepoint of its own: a result that
+    /// cannot be applied is rolled back alone (its entry is the error) and the others
+    /// are committed. One commit — one sync of the log — for the whole batch is what
+    /// lets a busy engine get past the single writer.
+    ///
+    /// # Errors
+    ///
+    /// The outer error when the transaction could not begin or commit, or when the
+    /// database rolled the whole transaction back: then nothing of the batch was
+    /// written.
+    pub async fn apply_probes(
+        &self,
+        results: &[ProbeResult<'_>],
+        settings: &ApplySettings,
+    ) -> Result<Vec<Result<Option<AppliedProbe>, StoreError>>, StoreError> {
+        let mut tx = self.begin_write().await?;
+        if let [result] = results {
+            // Alone in its transaction, a result needs no savepoint: its failure rolls
+            // back only itself.
+            let applied = apply_probe_in_tx(&mut tx, result, settings).await;
+            if applied.is_ok() {
+                tx.commit()
                     .await
-                    .map_err(query_error("closing an outage"))?;
-                sqlx::query(
-                    "UPDATE apps SET status = 'DEPLOYED', degraded_by_outage = NULL, updated_at = ? \
-                     WHERE cluster_id = ? AND status = 'DEGRADED' AND degraded_by_outage = ? \
-                     AND id IN (SELECT value FROM json_each(?))",
-                )
-                .bind(now.0)
-                .bind(cluster.0)
-                .bind(outage.0)
-                .bind(ids_json(apps))
+                    .map_err(query_error("committing a probe result"))?;
+            }
+            return Ok(vec![applied]);
+        }
+        let mut applied = Vec::with_capacity(results.len());
+        for result in results {
+            sqlx::query("SAVEPOINT probe_result")
                 .execute(&mut *tx)
                 .await
-                .map_err(query_error("restoring apps"))?;
+                .map_err(query_error("opening a probe result's savepoint"))?;
+            match apply_probe_in_tx(&mut tx, result, settings).await {
+                Ok(done) => {
+                    sqlx::query("RELEASE probe_result")
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(query_error("releasing a probe result's savepoint"))?;
+                    applied.push(Ok(done));
+                }
+                Err(error) => {
+                    // Fails when the database already rolled the whole transaction
+                    // back (a full disk, an I/O error): then the batch failed whole.
+                    sqlx::query("ROLLBACK TO probe_result")
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(query_error("rolling back one probe result"))?;
+                    sqlx::query("RELEASE probe_result")
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(query_error("releasing a probe result's savepoint"))?;
+                    applied.push(Err(error));
+                }
             }
         }
-
-        let outage_of_events = opened_outage.or(match &decision.cascade {
-            Cascade::Restore { outage, .. } => Some(*outage),
-            _ => None,
-        });
-        for event in &decision.events {
-            let (kind, detail) = event_parts(event);
-            insert_event(
-                &mut tx,
-                now,
-                Some((cluster.0, &record.name)),
-                outage_of_events,
-                &kind,
-                &detail,
-                None,
-            )
-            .await?;
-        }
-        let suppressed_by_brake = decision.events.iter().any(|e| {
-            matches!(
-                e,
-                HealthEvent::FailureNotCounted {
-                    why: NotCounted::Brake,
-                    ..
-                }
-            )
-        });
-        if suppressed_by_brake {
-            sqlx::query("UPDATE brake_state SET suppressed = suppressed + 1 WHERE group_key = ?")
-                .bind(FLEET_GROUP)
-                .execute(&mut *tx)
-                .await
-                .map_err(query_error("counting a suppressed failure"))?;
-        }
-
-        let conclusive =
-            outcome
-                .is_conclusive()
-                .then_some(if failed { "failed" } else { "healthy" });
-        save_health(&mut tx, cluster, &decision.health, next_due, now).await?;
-        sqlx::query(
-            "UPDATE clusters SET last_outcome = ?, last_reason = ?, last_reason_class = ?, \
-             latest_conclusive = COALESCE(?, latest_conclusive), \
-             latest_conclusive_at = CASE WHEN ? IS NULL THEN latest_conclusive_at ELSE ? END, \
-             last_plugin = ?, last_plugin_generation = ? \
-             WHERE id = ?",
-        )
-        .bind(outcome.label())
-        .bind(outcome.message())
-        .bind(outcome.class().map(|c| c.as_str()))
-        .bind(conclusive)
-        .bind(conclusive)
-        .bind(now.0)
-        .bind(by.map(|by| by.plugin.as_str()))
-        .bind(by.map(|by| i64::try_from(by.generation).unwrap_or(i64::MAX)))
-        .bind(cluster.0)
-        .execute(&mut *tx)
-        .await
-        .map_err(query_error("recording a probe outcome"))?;
-
         tx.commit()
             .await
-            .map_err(query_error("committing a probe result"))?;
-        Ok(Some(AppliedProbe {
-            cluster: record.name,
-            decision,
-            opened_outage,
-            brake: assessment,
-            brake_before,
-        }))
+            .map_err(query_error("committing probe results"))?;
+        Ok(applied)
     }
 
     /// Records that a cluster's policy disables probing (or no longer does),
@@ -1964,6 +1877,253 @@ async fn largest_interval_millis(tx: &mut Transaction<'static, Sqlite>) -> Resul
     Ok(largest.unwrap_or(0).saturating_mul(1000))
 }
 
+/// One probe's result, as the worker hands it to [`Store::apply_probes`].
+#[derive(Debug, Clone, Copy)]
+pub struct ProbeResult<'a> {
+    /// The cluster probed.
+    pub cluster: ClusterId,
+    /// What the probe found.
+    pub outcome: &'a ProbeOutcome,
+    /// The plugin generation that produced it, when a plugin did.
+    pub by: Option<&'a ProbedBy>,
+    /// When the probe ended.
+    pub now: Timestamp,
+    /// When the cluster is next due.
+    pub next_due: Timestamp,
+}
+
+/// The body of [`Store::apply_probe_by`], inside a transaction the caller commits.
+async fn apply_probe_in_tx(
+    tx: &mut Transaction<'static, Sqlite>,
+    result: &ProbeResult<'_>,
+    settings: &ApplySettings,
+) -> Result<Option<AppliedProbe>, StoreError> {
+    let &ProbeResult {
+        cluster,
+        outcome,
+        by,
+        now,
+        next_due,
+    } = result;
+    let Some(record) = cluster_in_tx(tx, cluster).await? else {
+        return Ok(None);
+    };
+    if record.ignored {
+        return Ok(None);
+    }
+    let policy = settings.defaults.with_overrides(&record.policy);
+    let failed = counts_as_failure(outcome, &policy);
+
+    let brake_before = brake_state_in_tx(tx).await?.verdict;
+    let assessment = if brake::needs_assessment(
+        brake_before,
+        failed,
+        outcome.is_conclusive(),
+        &settings.brake,
+    ) {
+        let config = if settings.brake_window_explicit {
+            settings.brake
+        } else {
+            settings
+                .brake
+                .for_fleet(largest_interval_millis(tx).await?)
+        };
+        Some(evaluate_brake(tx, cluster, failed, now, &config, brake_before).await?)
+    } else {
+        None
+    };
+    let brake_now = assessment.map_or(brake_before, |a| a.verdict);
+
+    // Only the app lists of a cascade depend on the apps; whether there is one, the
+    // health and the other events do not. Most probes change nothing, so the apps are
+    // read only when the decision made without them cascades, and it is made again
+    // with them.
+    let decide_with = |apps: &[AppView]| {
+        decide(&ProbeInput {
+            cluster,
+            health: &record.health,
+            policy: &policy,
+            outcome,
+            now,
+            brake: brake_now,
+            apps,
+        })
+    };
+    let mut decision = decide_with(&[]);
+    if !matches!(decision.cascade, Cascade::None) {
+        let apps: Vec<AppRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "{APP_SELECT} WHERE a.cluster_id = ? ORDER BY a.id"
+        )))
+        .bind(cluster.0)
+        .fetch_all(&mut **tx)
+        .await
+        .map_err(query_error("reading a cluster's apps"))?;
+        let apps: Vec<AppView> = apps.iter().map(AppRow::view).collect::<Result<_, _>>()?;
+        decision = decide_with(&apps);
+    }
+
+    if let Some(assessment) = assessment
+        && assessment.changed_from(brake_before)
+    {
+        let kind = if assessment.verdict.holds() {
+            "brake-engaged"
+        } else {
+            "brake-released"
+        };
+        insert_event(
+            tx,
+            now,
+            None,
+            None,
+            kind,
+            &serde_json::json!({ "considered": assessment.considered, "failed": assessment.failed }),
+            None,
+        )
+        .await?;
+    }
+    if let Some(assessment) = assessment {
+        save_brake(tx, assessment.verdict).await?;
+    }
+
+    let mut opened_outage = None;
+    match &decision.cascade {
+        Cascade::None => {}
+        Cascade::Degrade { apps } => {
+            let outage: i64 = sqlx::query_scalar(
+                "INSERT INTO outages (cluster_id, opened_at) VALUES (?, ?) RETURNING id",
+            )
+            .bind(cluster.0)
+            .bind(now.0)
+            .fetch_one(&mut **tx)
+            .await
+            .map_err(query_error("opening an outage"))?;
+            sqlx::query(
+                "UPDATE apps SET status = 'DEGRADED', degraded_by_outage = ?, updated_at = ? \
+                 WHERE cluster_id = ? AND status = 'DEPLOYED' \
+                 AND id IN (SELECT value FROM json_each(?))",
+            )
+            .bind(outage)
+            .bind(now.0)
+            .bind(cluster.0)
+            .bind(ids_json(apps))
+            .execute(&mut **tx)
+            .await
+            .map_err(query_error("degrading apps"))?;
+            decision.health.open_outage = Some(OutageId(outage));
+            opened_outage = Some(OutageId(outage));
+        }
+        Cascade::Restore { outage, apps } => {
+            sqlx::query("UPDATE outages SET closed_at = ? WHERE id = ?")
+                .bind(now.0)
+                .bind(outage.0)
+                .execute(&mut **tx)
+                .await
+                .map_err(query_error("closing an outage"))?;
+            sqlx::query(
+                "UPDATE apps SET status = 'DEPLOYED', degraded_by_outage = NULL, updated_at = ? \
+                 WHERE cluster_id = ? AND status = 'DEGRADED' AND degraded_by_outage = ? \
+                 AND id IN (SELECT value FROM json_each(?))",
+            )
+            .bind(now.0)
+            .bind(cluster.0)
+            .bind(outage.0)
+            .bind(ids_json(apps))
+            .execute(&mut **tx)
+            .await
+            .map_err(query_error("restoring apps"))?;
+        }
+    }
+
+    let outage_of_events = opened_outage.or(match &decision.cascade {
+        Cascade::Restore { outage, .. } => Some(*outage),
+        _ => None,
+    });
+    for event in &decision.events {
+        let (kind, detail) = event_parts(event);
+        insert_event(
+            tx,
+            now,
+            Some((cluster.0, &record.name)),
+            outage_of_events,
+            &kind,
+            &detail,
+            None,
+        )
+        .await?;
+    }
+    let suppressed_by_brake = decision.events.iter().any(|e| {
+        matches!(
+            e,
+            HealthEvent::FailureNotCounted {
+                why: NotCounted::Brake,
+                ..
+            }
+        )
+    });
+    if suppressed_by_brake {
+        sqlx::query("UPDATE brake_state SET suppressed = suppressed + 1 WHERE group_key = ?")
+            .bind(FLEET_GROUP)
+            .execute(&mut **tx)
+            .await
+            .map_err(query_error("counting a suppressed failure"))?;
+    }
+
+    let conclusive =
+        outcome
+            .is_conclusive()
+            .then_some(if failed { "failed" } else { "healthy" });
+    // The health and the outcome in one statement: each statement is a round trip to the
+    // database's thread, and each round trip costs two thread wake-ups.
+    let health = &decision.health;
+    let conditions =
+        serde_json::to_string(&health.conditions).map_err(|e| StoreError::Corrupt {
+            what: "conditions",
+            reason: e.to_string(),
+        })?;
+    sqlx::query(
+        "UPDATE clusters SET status = ?, conditions = ?, consecutive_failures = ?, \
+         consecutive_successes = ?, consecutive_inconclusive = ?, last_counted_failure = ?, \
+         last_probe = ?, last_success = ?, open_outage_id = ?, next_due = ?, updated_at = ?, \
+         last_outcome = ?, last_reason = ?, last_reason_class = ?, \
+         latest_conclusive = COALESCE(?, latest_conclusive), \
+         latest_conclusive_at = CASE WHEN ? IS NULL THEN latest_conclusive_at ELSE ? END, \
+         last_plugin = ?, last_plugin_generation = ? \
+         WHERE id = ?",
+    )
+    .bind(health.status.as_str())
+    .bind(conditions)
+    .bind(i64::from(health.consecutive_failures))
+    .bind(i64::from(health.consecutive_successes))
+    .bind(i64::from(health.consecutive_inconclusive))
+    .bind(health.last_counted_failure.map(|t| t.0))
+    .bind(health.last_probe.map(|t| t.0))
+    .bind(health.last_success.map(|t| t.0))
+    .bind(health.open_outage.map(|o| o.0))
+    .bind(next_due.0)
+    .bind(now.0)
+    .bind(outcome.label())
+    .bind(outcome.message())
+    .bind(outcome.class().map(|c| c.as_str()))
+    .bind(conclusive)
+    .bind(conclusive)
+    .bind(now.0)
+    .bind(by.map(|by| by.plugin.as_str()))
+    .bind(by.map(|by| i64::try_from(by.generation).unwrap_or(i64::MAX)))
+    .bind(cluster.0)
+    .execute(&mut **tx)
+    .await
+    .map_err(query_error("recording a probe outcome"))?;
+
+    Ok(Some(AppliedProbe {
+        cluster: record.name,
+        decision,
+        opened_outage,
+        brake: assessment,
+        brake_before,
+    }))
+}
+
+
 /// Re-evaluates the fleet's brake with this probe's outcome included.
 async fn evaluate_brake(
     tx: &mut Transaction<'static, Sqlite>,
@@ -1974,37 +2134,21 @@ async fn evaluate_brake(
     before: BrakeVerdict,
 ) -> Result<BrakeAssessment, StoreError> {
     let window_start = now.plus_millis(-config.window_millis.max(0));
-    let rows: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT latest_conclusive, latest_conclusive_at FROM clusters \
+    // Counted by the database: one row comes back however large the fleet, rather than
+    // every cluster's outcome for each failure while the brake is being decided.
+    let (others, others_failed): (i64, i64) = sqlx::query_as(
+        "SELECT COUNT(*), COALESCE(SUM(latest_conclusive = 'failed'), 0) FROM clusters \
          WHERE ignored = 0 AND id <> ? AND latest_conclusive_at >= ? \
          AND latest_conclusive IS NOT NULL",
     )
     .bind(cluster.0)
     .bind(window_start.0)
-    .fetch_all(&mut **tx)
+    .fetch_one(&mut **tx)
     .await
-    .map_err(query_error("reading the fleet's latest outcomes"))?;
-    let mut samples: Vec<FleetSample<&str>> = rows
-        .iter()
-        .map(|(outcome, at)| FleetSample {
-            group: FLEET_GROUP,
-            failed: outcome == "failed",
-            at: Timestamp(*at),
-        })
-        .collect();
-    samples.push(FleetSample {
-        group: FLEET_GROUP,
-        failed,
-        at: now,
-    });
-    let previous = BTreeMap::from([(FLEET_GROUP, before)]);
-    let assessments = brake::evaluate(&samples, &previous, config, now);
-    Ok(assessments
-        .get(FLEET_GROUP)
-        .copied()
-        .unwrap_or(BrakeAssessment {
-            verdict: before,
-            considered: 0,
-            failed: 0,
-        }))
+    .map_err(query_error("counting the fleet's latest outcomes"))?;
+    // This cluster's outcome, now, in place of its previous one.
+    let count = |n: i64| u32::try_from(n).unwrap_or(u32::MAX);
+    let considered = count(others).saturating_add(1);
+    let failed_count = count(others_failed).saturating_add(u32::from(failed));
+    Ok(brake::assess(considered, failed_count, before, config, now))
 }

@@ -10,7 +10,10 @@ use vigil_domain::reference::{ConnectionMaterial, Reference, Resolution, resolve
 
 /// A running `fake-kube`, killed when dropped, however the benchmark ends.
 #[derive(Debug)]
-pub struct FakeKubeProcess(Child);
+pub struct FakeKubeProcess {
+    child: Child,
+    control: String,
+}
 
 impl FakeKubeProcess {
     /// Starts `binary` with `clusters` clusters on `127.BLOCK.x.y:6443`, writing one
@@ -40,7 +43,10 @@ impl FakeKubeProcess {
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
         let stdout = child.stdout.take().ok_or("fake-kube has no stdout")?;
-        let server = Self(child);
+        let mut server = Self {
+            child,
+            control: String::new(),
+        };
         let mut ready = String::new();
         BufReader::new(stdout)
             .read_line(&mut ready)
@@ -48,19 +54,29 @@ impl FakeKubeProcess {
         if !ready.starts_with("fake-kube ready") {
             return Err(format!("the fake server did not start: {ready:?}"));
         }
+        server.control = ready
+            .split_whitespace()
+            .find_map(|field| field.strip_prefix("control=http://"))
+            .ok_or(format!("the fake server named no control address: {ready:?}"))?
+            .to_owned();
         Ok(server)
     }
 
     /// Its process id, to read its CPU time and memory.
     pub fn pid(&self) -> u32 {
-        self.0.id()
+        self.child.id()
+    }
+
+    /// The `host:port` of its control API (plain HTTP on loopback).
+    pub fn control(&self) -> &str {
+        &self.control
     }
 }
 
 impl Drop for FakeKubeProcess {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 

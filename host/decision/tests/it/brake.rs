@@ -351,3 +351,49 @@ fn the_fleet_window_is_at_least_the_largest_interval() {
         "only the window changes"
     );
 }
+
+/// What a store that counts the window itself gets from [`brake::assess`] is what
+/// [`brake::evaluate`] says of the samples behind the same counts, for every tally of up
+/// to six clusters, every previous verdict and a few settings.
+#[test]
+fn a_tally_gives_the_verdict_of_its_samples() {
+    let now = Timestamp::from_secs(1_000);
+    let configs = [(1.0, 3, true), (0.5, 1, true), (0.8, 2, true), (1.0, 3, false)];
+    let previous = [
+        BrakeVerdict::NEVER_ENGAGED,
+        BrakeVerdict::Released {
+            since: Some(Timestamp::from_secs(500)),
+        },
+        BrakeVerdict::Holding {
+            since: Timestamp::from_secs(900),
+        },
+    ];
+    for (ratio, min_failed, enabled) in configs {
+        let config = BrakeConfig {
+            enabled,
+            ratio,
+            min_failed,
+            window_millis: 60_000,
+        };
+        for before in previous {
+            for considered in 0..=6_u32 {
+                for failed in 0..=considered {
+                    let samples: Vec<FleetSample<&str>> = (0..considered)
+                        .map(|i| FleetSample {
+                            group: "fleet",
+                            failed: i < failed,
+                            at: now,
+                        })
+                        .collect();
+                    let previous = BTreeMap::from([("fleet", before)]);
+                    let evaluated = brake::evaluate(&samples, &previous, &config, now)["fleet"];
+                    assert_eq!(
+                        brake::assess(considered, failed, before, &config, now),
+                        evaluated,
+                        "{failed}/{considered}, {before:?}, {config:?}"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -435,6 +435,37 @@ fn run(trace: &Trace) -> Result<(), TestCaseError> {
         });
         let after = &decision.health;
         let expected = model.probe(&step.outcome, policy, brake, now, &apps);
+
+        // The apps change only the app lists of a cascade: the store decides without
+        // them first and reads them only when that decision cascades.
+        let without_apps = decide(&ProbeInput {
+            cluster: THIS,
+            health: &before,
+            policy,
+            outcome: &outcome,
+            now,
+            brake,
+            apps: &[],
+        });
+        prop_assert_eq!(&without_apps.health, after, "health decided without the apps");
+        prop_assert_eq!(
+            std::mem::discriminant(&without_apps.cascade),
+            std::mem::discriminant(&decision.cascade),
+            "cascade decided without the apps: {:?} against {:?}",
+            without_apps.cascade,
+            decision.cascade
+        );
+        let kinds = |events: &[HealthEvent]| {
+            events
+                .iter()
+                .map(std::mem::discriminant)
+                .collect::<Vec<_>>()
+        };
+        prop_assert_eq!(
+            kinds(&without_apps.events),
+            kinds(&decision.events),
+            "events decided without the apps"
+        );
         let context = || {
             format!(
                 "step {index} at {now:?}: {step:?}\nbefore: {before:?}\nafter: {after:?}\ncascade: {:?}",

@@ -237,6 +237,8 @@ async fn the_worker_records_an_outage_its_cascade_and_the_recovery() {
         "no restore cascade yet:\n{text}"
     );
     assert!(value(&text, "vigil_tick_duration_seconds_count") >= 1.0);
+    // Every probe started, the three still hanging included, says how late it started.
+    assert_eq!(value(&text, "vigil_probe_start_delay_seconds_count"), 9.0);
     assert!(
         !text.contains("cluster="),
         "no per-cluster series by default:\n{text}"

@@ -7,7 +7,8 @@ use vigil_decision::{
 };
 use vigil_store::lock::{DatabaseLock, LockError};
 use vigil_store::{
-    ApplySettings, ClusterSource, DiscoveredClusterRow, Store, redact_url, sqlite_path,
+    ApplySettings, ClusterSource, DiscoveredClusterRow, ProbeResult, Store, redact_url,
+    sqlite_path,
 };
 
 fn row(name: &str, endpoint: &str, reference: &str) -> DiscoveredClusterRow {
@@ -470,4 +471,125 @@ fn the_database_lock_holds_whatever_link_names_the_file() {
     }
     drop(lock);
     DatabaseLock::acquire(&root.join("alias/vigil.db")).unwrap();
+}
+
+/// Three clusters registered at `t(0)`, for the batch tests.
+async fn three_clusters(store: &Store, t: impl Fn(i64) -> Timestamp) -> Vec<ClusterId> {
+    let mut ids = Vec::new();
+    for name in ["a", "b", "c"] {
+        let id = store
+            .register_cluster(
+                name,
+                "https://127.0.0.1:6443",
+                &format!("/k/{name}.yaml#{name}"),
+                &PolicyOverrides::default(),
+                t(0),
+            )
+            .await
+            .unwrap();
+        ids.push(id);
+    }
+    ids
+}
+
+#[tokio::test]
+async fn a_batch_of_results_rolls_back_only_the_cluster_whose_write_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_path(&dir.path().join("vigil.db")).await.unwrap();
+    let t = |s: i64| Timestamp::from_secs(10_000 + s);
+    let ids = three_clusters(&store, t).await;
+    // The database refuses one statement of b's write, as a constraint or a full page
+    // would: that statement fails, the transaction goes on.
+    sqlx::query(
+        "CREATE TRIGGER refuse_b BEFORE UPDATE OF last_outcome ON clusters \
+         WHEN NEW.name = 'b' BEGIN SELECT RAISE(ABORT, 'refused'); END",
+    )
+    .execute(store.pool())
+    .await
+    .unwrap();
+    let healthy = ProbeOutcome::Healthy;
+    let results: Vec<ProbeResult<'_>> = ids
+        .iter()
+        .map(|&cluster| ProbeResult {
+            cluster,
+            outcome: &healthy,
+            by: None,
+            now: t(5),
+            next_due: t(65),
+        })
+        .collect();
+    let applied = store.apply_probes(&results, &settings()).await.unwrap();
+    assert_eq!(applied.len(), 3);
+    assert!(matches!(&applied[0], Ok(Some(a)) if a.cluster == "a"));
+    assert!(applied[1].is_err(), "b's write failed: {:?}", applied[1].as_ref().err());
+    assert!(matches!(&applied[2], Ok(Some(c)) if c.cluster == "c"));
+
+    for (name, written) in [("a", true), ("b", false), ("c", true)] {
+        let record = store.cluster(name).await.unwrap();
+        let expected = if written {
+            (ClusterStatus::Online, Some("healthy"), t(65))
+        } else {
+            // Nothing of b's result stands: neither its events, written before the refused
+            // statement, nor its status, nor its next due time.
+            (ClusterStatus::Unknown, None, t(0))
+        };
+        assert_eq!(
+            (
+                record.health.status,
+                record.last_outcome.as_deref(),
+                record.next_due
+            ),
+            expected,
+            "{name}"
+        );
+        let events = store.events(Some(name)).await.unwrap();
+        assert_eq!(
+            events.iter().any(|e| e.kind == "status-changed"),
+            written,
+            "{name}: {events:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_batch_the_database_rolls_back_whole_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_path(&dir.path().join("vigil.db")).await.unwrap();
+    let t = |s: i64| Timestamp::from_secs(10_000 + s);
+    let ids = three_clusters(&store, t).await;
+    // c's write makes the database undo the whole transaction, as an I/O error does.
+    sqlx::query(
+        "CREATE TRIGGER undo_all BEFORE UPDATE OF last_outcome ON clusters \
+         WHEN NEW.name = 'c' BEGIN SELECT RAISE(ROLLBACK, 'undone'); END",
+    )
+    .execute(store.pool())
+    .await
+    .unwrap();
+    let healthy = ProbeOutcome::Healthy;
+    let results: Vec<ProbeResult<'_>> = ids
+        .iter()
+        .map(|&cluster| ProbeResult {
+            cluster,
+            outcome: &healthy,
+            by: None,
+            now: t(5),
+            next_due: t(65),
+        })
+        .collect();
+    assert!(store.apply_probes(&results, &settings()).await.is_err());
+    for name in ["a", "b", "c"] {
+        let record = store.cluster(name).await.unwrap();
+        assert_eq!(
+            (record.health.status, record.last_outcome, record.next_due),
+            (ClusterStatus::Unknown, None, t(0)),
+            "{name}"
+        );
+    }
+    // The store is usable afterwards.
+    sqlx::query("DROP TRIGGER undo_all")
+        .execute(store.pool())
+        .await
+        .unwrap();
+    let applied = store.apply_probes(&results, &settings()).await.unwrap();
+    assert!(applied.iter().all(|a| matches!(a, Ok(Some(_)))));
 }
