@@ -45,8 +45,10 @@ impl BrakeConfig {
 
 /// Whether one probe's outcome can change the brake's verdict, so that the fleet's latest
 /// outcomes must be assessed again: only a failure can engage a released brake, and a
-/// holding brake is released only by a conclusive outcome or by being switched off.
-/// Every other probe keeps the verdict without a fleet scan.
+/// holding brake is released only by a cluster that answers (a healthy conclusive
+/// outcome: the evidence that vigil reaches clusters again) or by being switched off. A
+/// failure while it holds only adds to the failures, so every failure of a mass failure
+/// costs no fleet scan.
 pub fn needs_assessment(
     before: BrakeVerdict,
     failed: bool,
@@ -54,7 +56,7 @@ pub fn needs_assessment(
     config: &BrakeConfig,
 ) -> bool {
     if before.holds() {
-        conclusive || !config.enabled
+        (conclusive && !failed) || !config.enabled
     } else {
         failed
     }

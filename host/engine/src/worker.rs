@@ -288,7 +288,8 @@ impl<P: Prober> Worker<P> {
             while let Some(end) = tasks.try_join_next() {
                 stats.count(end);
             }
-            let mut sleep = next_look.map_or(Duration::ZERO, |at| at.saturating_duration_since(tick));
+            let mut sleep =
+                next_look.map_or(Duration::ZERO, |at| at.saturating_duration_since(tick));
             if sleep.is_zero() {
                 let mut read_failed = false;
                 let free = slots.available_permits();

@@ -1924,11 +1924,9 @@ async fn apply_probe_in_tx(
         let config = if settings.brake_window_explicit {
             settings.brake
         } else {
-            settings
-                .brake
-                .for_fleet(largest_interval_millis(tx).await?)
+            settings.brake.for_fleet(largest_interval_millis(tx).await?)
         };
-        Some(evaluate_brake(tx, cluster, failed, now, &config, brake_before).await?)
+        evaluate_brake(tx, cluster, failed, now, &config, brake_before).await?
     } else {
         None
     };
@@ -1981,7 +1979,9 @@ async fn apply_probe_in_tx(
         )
         .await?;
     }
-    if let Some(assessment) = assessment {
+    if let Some(assessment) = assessment
+        && assessment.changed_from(brake_before)
+    {
         save_brake(tx, assessment.verdict).await?;
     }
 
@@ -2068,10 +2068,9 @@ async fn apply_probe_in_tx(
             .map_err(query_error("counting a suppressed failure"))?;
     }
 
-    let conclusive =
-        outcome
-            .is_conclusive()
-            .then_some(if failed { "failed" } else { "healthy" });
+    let conclusive = outcome
+        .is_conclusive()
+        .then_some(if failed { "failed" } else { "healthy" });
     // The health and the outcome in one statement: each statement is a round trip to the
     // database's thread, and each round trip costs two thread wake-ups.
     let health = &decision.health;
@@ -2123,7 +2122,6 @@ async fn apply_probe_in_tx(
     }))
 }
 
-
 /// Re-evaluates the fleet's brake with this probe's outcome included.
 async fn evaluate_brake(
     tx: &mut Transaction<'static, Sqlite>,
@@ -2132,8 +2130,26 @@ async fn evaluate_brake(
     now: Timestamp,
     config: &BrakeConfig,
     before: BrakeVerdict,
-) -> Result<BrakeAssessment, StoreError> {
+) -> Result<Option<BrakeAssessment>, StoreError> {
     let window_start = now.plus_millis(-config.window_millis.max(0));
+    // With a ratio of 1 the brake engages only when no cluster answered inside the window:
+    // one that did settles that a released brake stays released, found without counting
+    // the fleet (while most clusters still answer, among the first rows read). `None`:
+    // assessed, unchanged, and the counts not taken.
+    if !before.holds() && config.ratio >= 1.0 {
+        let answered: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM clusters WHERE ignored = 0 AND id <> ? \
+             AND latest_conclusive_at >= ? AND latest_conclusive = 'healthy')",
+        )
+        .bind(cluster.0)
+        .bind(window_start.0)
+        .fetch_one(&mut **tx)
+        .await
+        .map_err(query_error("looking for a cluster that answered"))?;
+        if answered || !failed {
+            return Ok(None);
+        }
+    }
     // Counted by the database: one row comes back however large the fleet, rather than
     // every cluster's outcome for each failure while the brake is being decided.
     let (others, others_failed): (i64, i64) = sqlx::query_as(
@@ -2150,5 +2166,11 @@ async fn evaluate_brake(
     let count = |n: i64| u32::try_from(n).unwrap_or(u32::MAX);
     let considered = count(others).saturating_add(1);
     let failed_count = count(others_failed).saturating_add(u32::from(failed));
-    Ok(brake::assess(considered, failed_count, before, config, now))
+    Ok(Some(brake::assess(
+        considered,
+        failed_count,
+        before,
+        config,
+        now,
+    )))
 }

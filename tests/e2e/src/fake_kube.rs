@@ -57,7 +57,9 @@ impl FakeKubeProcess {
         server.control = ready
             .split_whitespace()
             .find_map(|field| field.strip_prefix("control=http://"))
-            .ok_or(format!("the fake server named no control address: {ready:?}"))?
+            .ok_or(format!(
+                "the fake server named no control address: {ready:?}"
+            ))?
             .to_owned();
         Ok(server)
     }

@@ -295,7 +295,7 @@ fn parse_previous(text: &str) -> Result<BTreeMap<String, BrakeVerdict>, String> 
 }
 
 /// Which probes make the store assess the fleet again: a failure while released, a
-/// conclusive outcome or a switched-off brake while holding — nothing else.
+/// healthy conclusive outcome or a switched-off brake while holding — nothing else.
 #[test]
 fn only_an_outcome_that_can_change_the_verdict_asks_for_an_assessment() {
     let on = BrakeConfig {
@@ -319,7 +319,8 @@ fn only_an_outcome_that_can_change_the_verdict_asks_for_an_assessment() {
         (released, false, false, on, false),
         (released, true, true, off, true),
         (holding, false, true, on, true),
-        (holding, true, true, on, true),
+        (holding, true, true, on, false),
+        (holding, true, true, off, true),
         (holding, false, false, on, false),
         (holding, false, false, off, true),
     ];
@@ -358,7 +359,12 @@ fn the_fleet_window_is_at_least_the_largest_interval() {
 #[test]
 fn a_tally_gives_the_verdict_of_its_samples() {
     let now = Timestamp::from_secs(1_000);
-    let configs = [(1.0, 3, true), (0.5, 1, true), (0.8, 2, true), (1.0, 3, false)];
+    let configs = [
+        (1.0, 3, true),
+        (0.5, 1, true),
+        (0.8, 2, true),
+        (1.0, 3, false),
+    ];
     let previous = [
         BrakeVerdict::NEVER_ENGAGED,
         BrakeVerdict::Released {

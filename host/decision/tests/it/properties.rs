@@ -447,7 +447,11 @@ fn run(trace: &Trace) -> Result<(), TestCaseError> {
             brake,
             apps: &[],
         });
-        prop_assert_eq!(&without_apps.health, after, "health decided without the apps");
+        prop_assert_eq!(
+            &without_apps.health,
+            after,
+            "health decided without the apps"
+        );
         prop_assert_eq!(
             std::mem::discriminant(&without_apps.cascade),
             std::mem::discriminant(&decision.cascade),

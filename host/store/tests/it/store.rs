@@ -7,8 +7,7 @@ use vigil_decision::{
 };
 use vigil_store::lock::{DatabaseLock, LockError};
 use vigil_store::{
-    ApplySettings, ClusterSource, DiscoveredClusterRow, ProbeResult, Store, redact_url,
-    sqlite_path,
+    ApplySettings, ClusterSource, DiscoveredClusterRow, ProbeResult, Store, redact_url, sqlite_path,
 };
 
 fn row(name: &str, endpoint: &str, reference: &str) -> DiscoveredClusterRow {
@@ -495,7 +494,9 @@ async fn three_clusters(store: &Store, t: impl Fn(i64) -> Timestamp) -> Vec<Clus
 #[tokio::test]
 async fn a_batch_of_results_rolls_back_only_the_cluster_whose_write_failed() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open_path(&dir.path().join("vigil.db")).await.unwrap();
+    let store = Store::open_path(&dir.path().join("vigil.db"))
+        .await
+        .unwrap();
     let t = |s: i64| Timestamp::from_secs(10_000 + s);
     let ids = three_clusters(&store, t).await;
     // The database refuses one statement of b's write, as a constraint or a full page
@@ -521,7 +522,11 @@ async fn a_batch_of_results_rolls_back_only_the_cluster_whose_write_failed() {
     let applied = store.apply_probes(&results, &settings()).await.unwrap();
     assert_eq!(applied.len(), 3);
     assert!(matches!(&applied[0], Ok(Some(a)) if a.cluster == "a"));
-    assert!(applied[1].is_err(), "b's write failed: {:?}", applied[1].as_ref().err());
+    assert!(
+        applied[1].is_err(),
+        "b's write failed: {:?}",
+        applied[1].as_ref().err()
+    );
     assert!(matches!(&applied[2], Ok(Some(c)) if c.cluster == "c"));
 
     for (name, written) in [("a", true), ("b", false), ("c", true)] {
@@ -554,7 +559,9 @@ async fn a_batch_of_results_rolls_back_only_the_cluster_whose_write_failed() {
 #[tokio::test]
 async fn a_batch_the_database_rolls_back_whole_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open_path(&dir.path().join("vigil.db")).await.unwrap();
+    let store = Store::open_path(&dir.path().join("vigil.db"))
+        .await
+        .unwrap();
     let t = |s: i64| Timestamp::from_secs(10_000 + s);
     let ids = three_clusters(&store, t).await;
     // c's write makes the database undo the whole transaction, as an I/O error does.

@@ -312,13 +312,20 @@ async fn run_fleet(
     if !held_end.scrape.brake_holding || held_end.scrape.offline > 0 {
         return Err(format!(
             "mass failure: the brake {} and {} clusters are OFFLINE",
-            if held_end.scrape.brake_holding { "holds" } else { "does not hold" },
+            if held_end.scrape.brake_holding {
+                "holds"
+            } else {
+                "does not hold"
+            },
             held_end.scrape.offline
         ));
     }
     let body = json!({ "fault": { "kind": "none" } }).to_string();
     let control = fake.control().parse().map_err(|_| "bad control address")?;
-    if !matches!(request(control, "PUT", "/fault", None, Some(&body)).await, Some((_, 200, _))) {
+    if !matches!(
+        request(control, "PUT", "/fault", None, Some(&body)).await,
+        Some((_, 200, _))
+    ) {
         return Err("could not bring the clusters back".to_owned());
     }
     Ok(FleetRun {
@@ -463,7 +470,8 @@ async fn run_peer(
             })
         })
         .collect();
-    let blackbox = peer::Blackbox::start(&options.blackbox, &work.join("blackbox"), &targets).await?;
+    let blackbox =
+        peer::Blackbox::start(&options.blackbox, &work.join("blackbox"), &targets).await?;
     let mut runs = Vec::new();
     for (k, &rate) in options.peer_rates.iter().enumerate() {
         let vigil = paced::steady(
@@ -530,7 +538,10 @@ async fn main() -> Result<(), String> {
         print_fleet(&options, fleet, floor);
     }
     if !steady.is_empty() {
-        print_steady(&steady, fleet.as_ref().map(|(_, floor)| floor.cpu_ms_per_probe));
+        print_steady(
+            &steady,
+            fleet.as_ref().map(|(_, floor)| floor.cpu_ms_per_probe),
+        );
     }
     if !peer.is_empty() {
         print_peer(&peer);
@@ -542,7 +553,10 @@ fn print_fleet(options: &Options, vigil: &FleetRun, floor: &FloorRun) {
     let seconds = |d: Duration| d.as_secs_f64();
     let burst = vigil.last_outcome.saturating_sub(vigil.first_outcome);
     let ratio = |a: f64, b: f64| a / b.max(1e-9);
-    println!("| {} clusters | vigil | floor | vigil / floor |", options.clusters);
+    println!(
+        "| {} clusters | vigil | floor | vigil / floor |",
+        options.clusters
+    );
     println!("|---|---|---|---|");
     println!(
         "| start to discovery done (s) | {:.2} | | |",
@@ -579,8 +593,14 @@ fn print_fleet(options: &Options, vigil: &FleetRun, floor: &FloorRun) {
             "| mass failure, CPU per probe: onset; held (ms) | {:.2}; {:.2} | | {:.1}; {:.1} × healthy |",
             cycles.failing_onset.cpu_ms_per_probe,
             cycles.failing_held.cpu_ms_per_probe,
-            ratio(cycles.failing_onset.cpu_ms_per_probe, cycles.healthy.cpu_ms_per_probe),
-            ratio(cycles.failing_held.cpu_ms_per_probe, cycles.healthy.cpu_ms_per_probe)
+            ratio(
+                cycles.failing_onset.cpu_ms_per_probe,
+                cycles.healthy.cpu_ms_per_probe
+            ),
+            ratio(
+                cycles.failing_held.cpu_ms_per_probe,
+                cycles.healthy.cpu_ms_per_probe
+            )
         );
         println!(
             "| mass failure: brake | holds, {} failures suppressed, no cluster OFFLINE | | |",
@@ -597,7 +617,9 @@ fn print_fleet(options: &Options, vigil: &FleetRun, floor: &FloorRun) {
 }
 
 fn print_steady(runs: &[(f64, paced::Steady)], floor_ms: Option<f64>) {
-    println!("| steady, kubeconfig-file | clusters, interval | probes/s | CPU per probe (ms) | vigil / floor | writes per probe (bytes; calls) | start delay p99 (s) |");
+    println!(
+        "| steady, kubeconfig-file | clusters, interval | probes/s | CPU per probe (ms) | vigil / floor | writes per probe (bytes; calls) | start delay p99 (s) |"
+    );
     println!("|---|---|---|---|---|---|---|");
     for (rate, run) in runs {
         let w = &run.window;
@@ -607,7 +629,10 @@ fn print_steady(runs: &[(f64, paced::Steady)], floor_ms: Option<f64>) {
             run.interval,
             w.rate(),
             w.cpu_ms_per_probe,
-            floor_ms.map_or(String::new(), |f| format!("{:.1}", w.cpu_ms_per_probe / f.max(1e-9))),
+            floor_ms.map_or(String::new(), |f| format!(
+                "{:.1}",
+                w.cpu_ms_per_probe / f.max(1e-9)
+            )),
             w.bytes_per_probe,
             w.writes_per_probe,
             w.delay_p99
@@ -617,7 +642,9 @@ fn print_steady(runs: &[(f64, paced::Steady)], floor_ms: Option<f64>) {
 }
 
 fn print_peer(runs: &[(f64, paced::Steady, peer::PeerRun)]) {
-    println!("| HTTPS /readyz | vigil http plugin: probes/s, CPU per probe (ms) | blackbox_exporter: probes/s, CPU per probe (ms) | vigil / blackbox |");
+    println!(
+        "| HTTPS /readyz | vigil http plugin: probes/s, CPU per probe (ms) | blackbox_exporter: probes/s, CPU per probe (ms) | vigil / blackbox |"
+    );
     println!("|---|---|---|---|");
     for (rate, vigil, peer) in runs {
         println!(

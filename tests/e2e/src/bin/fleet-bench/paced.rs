@@ -38,7 +38,12 @@ pub async fn steady(
     })?;
     let deadline = Duration::from_secs(600);
     vigil
-        .wait_for(deadline, Duration::from_millis(50), "vigil answering", |_| true)
+        .wait_for(
+            deadline,
+            Duration::from_millis(50),
+            "vigil answering",
+            |_| true,
+        )
         .await?;
     let start = Instant::now();
     for (i, body) in clusters.iter().enumerate() {

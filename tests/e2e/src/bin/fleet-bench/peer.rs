@@ -87,12 +87,19 @@ impl Blackbox {
 
     /// Probes the targets round-robin at `rate` per second for a warm-up of two seconds,
     /// then for `seconds`, and measures the window. Every probe must succeed.
-    pub async fn run(&self, targets: &[Target], rate: f64, seconds: u64) -> Result<PeerRun, String> {
+    pub async fn run(
+        &self,
+        targets: &[Target],
+        rate: f64,
+        seconds: u64,
+    ) -> Result<PeerRun, String> {
         let urls: Arc<Vec<String>> = Arc::new(targets.iter().map(|t| t.url.clone()).collect());
         self.drive(&urls, rate, Duration::from_secs(2)).await?;
         let cpu_before = cpu_seconds(self.pid);
         let started = Instant::now();
-        let probes = self.drive(&urls, rate, Duration::from_secs(seconds)).await?;
+        let probes = self
+            .drive(&urls, rate, Duration::from_secs(seconds))
+            .await?;
         let seconds = started.elapsed().as_secs_f64();
         let cpu = cpu_seconds(self.pid) - cpu_before;
         Ok(PeerRun {
@@ -102,7 +109,12 @@ impl Blackbox {
         })
     }
 
-    async fn drive(&self, urls: &Arc<Vec<String>>, rate: f64, length: Duration) -> Result<u64, String> {
+    async fn drive(
+        &self,
+        urls: &Arc<Vec<String>>,
+        rate: f64,
+        length: Duration,
+    ) -> Result<u64, String> {
         let slots = Arc::new(Semaphore::new(CONCURRENCY));
         let failed = Arc::new(AtomicU64::new(0));
         let start = Instant::now();

@@ -145,11 +145,19 @@ impl Vigil {
     /// Registers one cluster through the API.
     pub async fn register(&self, body: &serde_json::Value) -> Result<(), String> {
         let body = body.to_string();
-        match request(self.listen, "POST", "/api/v1/clusters", Some(TOKEN), Some(&body)).await {
+        match request(
+            self.listen,
+            "POST",
+            "/api/v1/clusters",
+            Some(TOKEN),
+            Some(&body),
+        )
+        .await
+        {
             Some((_, 201, _)) => Ok(()),
-            Some((_, status, answer)) => Err(format!(
-                "registering a cluster answered {status}: {answer}"
-            )),
+            Some((_, status, answer)) => {
+                Err(format!("registering a cluster answered {status}: {answer}"))
+            }
             None => Err("registering a cluster: no answer".to_owned()),
         }
     }
