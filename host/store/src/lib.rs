@@ -1185,7 +1185,6 @@ impl Store {
         next_due: Timestamp,
         settings: &ApplySettings,
     ) -> Result<Option<AppliedProbe>, StoreError> {
-        let mut tx = self.begin_write().await?;
         let result = ProbeResult {
             cluster,
             outcome,
@@ -1193,13 +1192,11 @@ impl Store {
             now,
             next_due,
         };
-        let applied = apply_probe_in_tx(&mut tx, &result, settings).await?;
-        if applied.is_some() {
-            tx.commit()
-                .await
-                .map_err(query_error("committing a probe result"))?;
-        }
-        Ok(applied)
+        self.apply_probes(&[result], settings)
+            .await?
+            .into_iter()
+            .next()
+            .unwrap_or(Ok(None))
     }
 
     /// Applies several probes' results in one transaction, each as

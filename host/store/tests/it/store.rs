@@ -472,6 +472,19 @@ fn the_database_lock_holds_whatever_link_names_the_file() {
     DatabaseLock::acquire(&root.join("alias/vigil.db")).unwrap();
 }
 
+/// A healthy result for each of `ids`, ended at `now`, due again at `next_due`.
+fn healthy_at(ids: &[ClusterId], now: Timestamp, next_due: Timestamp) -> Vec<ProbeResult<'static>> {
+    ids.iter()
+        .map(|&cluster| ProbeResult {
+            cluster,
+            outcome: &ProbeOutcome::Healthy,
+            by: None,
+            now,
+            next_due,
+        })
+        .collect()
+}
+
 /// Three clusters registered at `t(0)`, for the batch tests.
 async fn three_clusters(store: &Store, t: impl Fn(i64) -> Timestamp) -> Vec<ClusterId> {
     let mut ids = Vec::new();
@@ -508,17 +521,7 @@ async fn a_batch_of_results_rolls_back_only_the_cluster_whose_write_failed() {
     .execute(store.pool())
     .await
     .unwrap();
-    let healthy = ProbeOutcome::Healthy;
-    let results: Vec<ProbeResult<'_>> = ids
-        .iter()
-        .map(|&cluster| ProbeResult {
-            cluster,
-            outcome: &healthy,
-            by: None,
-            now: t(5),
-            next_due: t(65),
-        })
-        .collect();
+    let results = healthy_at(&ids, t(5), t(65));
     let applied = store.apply_probes(&results, &settings()).await.unwrap();
     assert_eq!(applied.len(), 3);
     assert!(matches!(&applied[0], Ok(Some(a)) if a.cluster == "a"));
@@ -572,17 +575,7 @@ async fn a_batch_the_database_rolls_back_whole_writes_nothing() {
     .execute(store.pool())
     .await
     .unwrap();
-    let healthy = ProbeOutcome::Healthy;
-    let results: Vec<ProbeResult<'_>> = ids
-        .iter()
-        .map(|&cluster| ProbeResult {
-            cluster,
-            outcome: &healthy,
-            by: None,
-            now: t(5),
-            next_due: t(65),
-        })
-        .collect();
+    let results = healthy_at(&ids, t(5), t(65));
     assert!(store.apply_probes(&results, &settings()).await.is_err());
     for name in ["a", "b", "c"] {
         let record = store.cluster(name).await.unwrap();
