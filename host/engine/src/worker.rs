@@ -272,7 +272,7 @@ impl<P: Prober> Worker<P> {
         let slots = Arc::clone(&self.slots);
         let freed = Arc::new(Notify::new());
         let in_flight = Arc::clone(&self.in_flight);
-        let mut tasks: JoinSet<ProbeEnd> = JoinSet::new();
+        let mut tasks: JoinSet<JobEnd> = JoinSet::new();
         let mut stats = WorkerStats::default();
         let mut read_failures: u32 = 0;
         tokio::pin!(shutdown);
@@ -286,7 +286,7 @@ impl<P: Prober> Worker<P> {
         loop {
             let tick = Instant::now();
             while let Some(end) = tasks.try_join_next() {
-                stats.count(end);
+                stats.count(end, &mut next_look);
             }
             let mut sleep =
                 next_look.map_or(Duration::ZERO, |at| at.saturating_duration_since(tick));
@@ -328,6 +328,7 @@ impl<P: Prober> Worker<P> {
                             holds: Arc::clone(&self.holds),
                             writes: Arc::clone(&self.writes),
                             results: results.clone(),
+                            due_again: None,
                         };
                         let span = info_span!("probe", cluster = %cluster.name, plugin = cluster.plugin.as_deref().unwrap_or("auto"));
                         tasks.spawn(job.run(cluster, slot).instrument(span));
@@ -363,7 +364,7 @@ impl<P: Prober> Worker<P> {
                 // A probe ended and gave its slot back (its result may still be being
                 // written): when every slot was taken, the schedule is read now.
                 () = freed.notified() => {}
-                Some(end) = tasks.join_next(), if !tasks.is_empty() => stats.count(end),
+                Some(end) = tasks.join_next(), if !tasks.is_empty() => stats.count(end, &mut next_look),
             }
         }
 
@@ -372,7 +373,7 @@ impl<P: Prober> Worker<P> {
         // job already writing its result finishes its transaction first.
         let _ = stop_tx.send(true);
         while let Some(end) = tasks.join_next().await {
-            stats.count(end);
+            stats.count(end, &mut None);
         }
         // Every job has its answer: the writer ends once its last sender is gone.
         drop(results);
@@ -444,15 +445,42 @@ enum ProbeEnd {
     Failed,
 }
 
+/// How one probe job ended, and when its cluster is due again (its new next due time,
+/// or the end of its hold when its result could not be written).
+#[derive(Debug, Clone, Copy)]
+struct JobEnd {
+    end: ProbeEnd,
+    due_again: Option<Instant>,
+}
+
 impl WorkerStats {
-    /// Counts a finished job; a job that panicked counts as failed.
-    fn count(&mut self, joined: Result<ProbeEnd, tokio::task::JoinError>) {
-        match joined.unwrap_or(ProbeEnd::Failed) {
+    /// Counts a finished job (a job that panicked counts as failed), and brings the
+    /// scheduler's next look forward to when the job's cluster is due again: a probe that
+    /// outlasted its interval is due at once.
+    fn count(
+        &mut self,
+        joined: Result<JobEnd, tokio::task::JoinError>,
+        next_look: &mut Option<Instant>,
+    ) {
+        let job = joined.unwrap_or(JobEnd {
+            end: ProbeEnd::Failed,
+            due_again: None,
+        });
+        match job.end {
             ProbeEnd::Applied => self.applied += 1,
             ProbeEnd::Abandoned => self.abandoned += 1,
             ProbeEnd::Failed => self.failed += 1,
         }
+        if let (Some(look), Some(due)) = (next_look.as_mut(), job.due_again) {
+            *look = (*look).min(due);
+        }
     }
+}
+
+/// The instant of the wall-clock time `at` (now, when it is past).
+fn instant_of(at: Timestamp) -> Instant {
+    let ahead = u64::try_from(at.millis_since(wall_clock())).unwrap_or(0);
+    Instant::now() + Duration::from_millis(ahead)
 }
 
 struct ProbeJob<P> {
@@ -465,6 +493,8 @@ struct ProbeJob<P> {
     holds: Holds,
     writes: Arc<StoreWrites>,
     results: mpsc::Sender<WriteRequest>,
+    /// When the cluster is due again, once the job knows.
+    due_again: Option<Instant>,
 }
 
 /// The most probe results one transaction writes.
@@ -549,11 +579,14 @@ async fn write_results(
 impl<P: Prober> ProbeJob<P> {
     /// Probes `cluster` in `slot`, gives the slot back once the result is queued for
     /// writing, and applies it; the cluster stays in flight until it is written.
-    async fn run(mut self, cluster: ClusterRecord, slot: Slot) -> ProbeEnd {
+    async fn run(mut self, cluster: ClusterRecord, slot: Slot) -> JobEnd {
         let id = cluster.id;
         let end = self.probe_and_apply(cluster, slot).await;
         lock(&self.in_flight).remove(&id);
-        end
+        JobEnd {
+            end,
+            due_again: self.due_again,
+        }
     }
 
     async fn probe_and_apply(&mut self, cluster: ClusterRecord, slot: Slot) -> ProbeEnd {
@@ -574,10 +607,12 @@ impl<P: Prober> ProbeJob<P> {
             {
                 Ok(()) => {
                     self.written(cluster.id);
+                    self.due_again = Some(instant_of(next_due));
                     ProbeEnd::Applied
                 }
                 Err(error) => {
                     let retry_in = self.not_written(cluster.id, &policy, &error);
+                    self.due_again = Some(Instant::now() + retry_in);
                     warn!(error = %error_chain(&error), retry_in_s = retry_in.as_secs(), "could not record a disabled cluster");
                     ProbeEnd::Failed
                 }
@@ -628,6 +663,7 @@ impl<P: Prober> ProbeJob<P> {
         match written {
             Ok(Some(applied)) => {
                 self.written(cluster.id);
+                self.due_again = Some(instant_of(next_due));
                 log_applied(&applied, &outcome);
                 if let Some(metrics) = &self.metrics {
                     metrics.record_applied(&applied);
@@ -644,6 +680,7 @@ impl<P: Prober> ProbeJob<P> {
                 // untouched. Its `next_due` could not be written either, so it is held
                 // back here instead of being probed again at once.
                 let retry_in = self.not_written(cluster.id, &policy, &error);
+                self.due_again = Some(Instant::now() + retry_in);
                 warn!(error = %error_chain(&error), retry_in_s = retry_in.as_secs(), "probe result not applied; rolled back");
                 ProbeEnd::Failed
             }

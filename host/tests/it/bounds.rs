@@ -559,10 +559,22 @@ async fn a_failing_schedule_read_is_retried_and_the_worker_keeps_running() {
     let running = tokio::spawn(worker.run(async move {
         let _ = stopped.await;
     }));
-    wait_until(Duration::from_secs(10), "both clusters are probed", || {
-        let prober = prober.clone();
-        async move { names.iter().all(|n| prober.call_count(n) >= 1) }
-    })
+    // Written, not only probed: results wait a moment for others to share their commit.
+    wait_until(
+        Duration::from_secs(10),
+        "both clusters' results are written",
+        || {
+            let store = store.clone();
+            async move {
+                for n in names {
+                    if store.cluster(n).await.unwrap().last_outcome.is_none() {
+                        return false;
+                    }
+                }
+                true
+            }
+        },
+    )
     .await;
 
     // Another connection takes the table away: every read of the schedule fails.
