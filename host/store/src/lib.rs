@@ -1289,7 +1289,7 @@ impl Store {
             )
             .await?;
         }
-        save_health(&mut tx, cluster, &decision.health, next_due, now).await?;
+        save_health(&mut tx, cluster, &decision.health, next_due, now, None).await?;
         tx.commit()
             .await
             .map_err(query_error("committing a disabled cluster"))?;
@@ -1774,24 +1774,44 @@ async fn guarded_cluster(
     Ok(ClusterId(id))
 }
 
+/// What a probe writes into its cluster's row beside the health.
+struct OutcomeColumns<'a> {
+    outcome: &'a ProbeOutcome,
+    /// `failed` or `healthy` for a conclusive outcome, which the brake considers.
+    conclusive: Option<&'static str>,
+    by: Option<&'a ProbedBy>,
+}
+
+/// Writes a cluster's health and next due time and, for a probe, its outcome: one
+/// statement either way (each statement is a round trip to the database's thread, and
+/// each round trip costs two thread wake-ups).
 async fn save_health(
     tx: &mut Transaction<'static, Sqlite>,
     cluster: ClusterId,
     health: &ClusterHealth,
     next_due: Timestamp,
     now: Timestamp,
+    probe: Option<OutcomeColumns<'_>>,
 ) -> Result<(), StoreError> {
     let conditions =
         serde_json::to_string(&health.conditions).map_err(|e| StoreError::Corrupt {
             what: "conditions",
             reason: e.to_string(),
         })?;
-    sqlx::query(
+    let outcome_columns = if probe.is_some() {
+        ", last_outcome = ?, last_reason = ?, last_reason_class = ?, \
+         latest_conclusive = COALESCE(?, latest_conclusive), \
+         latest_conclusive_at = CASE WHEN ? IS NULL THEN latest_conclusive_at ELSE ? END, \
+         last_plugin = ?, last_plugin_generation = ?"
+    } else {
+        ""
+    };
+    let mut query = sqlx::query(sqlx::AssertSqlSafe(format!(
         "UPDATE clusters SET status = ?, conditions = ?, consecutive_failures = ?, \
          consecutive_successes = ?, consecutive_inconclusive = ?, last_counted_failure = ?, \
-         last_probe = ?, last_success = ?, open_outage_id = ?, next_due = ?, updated_at = ? \
-         WHERE id = ?",
-    )
+         last_probe = ?, last_success = ?, open_outage_id = ?, next_due = ?, updated_at = ?\
+         {outcome_columns} WHERE id = ?"
+    )))
     .bind(health.status.as_str())
     .bind(conditions)
     .bind(i64::from(health.consecutive_failures))
@@ -1802,11 +1822,32 @@ async fn save_health(
     .bind(health.last_success.map(|t| t.0))
     .bind(health.open_outage.map(|o| o.0))
     .bind(next_due.0)
-    .bind(now.0)
-    .bind(cluster.0)
-    .execute(&mut **tx)
-    .await
-    .map_err(query_error("saving a cluster's health"))?;
+    .bind(now.0);
+    if let Some(OutcomeColumns {
+        outcome,
+        conclusive,
+        by,
+    }) = probe
+    {
+        query = query
+            .bind(outcome.label())
+            .bind(outcome.message())
+            .bind(outcome.class().map(|c| c.as_str()))
+            .bind(conclusive)
+            .bind(conclusive)
+            .bind(now.0)
+            .bind(by.map(|by| by.plugin.as_str()))
+            .bind(by.map(|by| i64::try_from(by.generation).unwrap_or(i64::MAX)));
+    }
+    query
+        .bind(cluster.0)
+        .execute(&mut **tx)
+        .await
+        .map_err(query_error(if outcome_columns.is_empty() {
+            "saving a cluster's health"
+        } else {
+            "recording a probe outcome"
+        }))?;
     Ok(())
 }
 
@@ -2068,47 +2109,19 @@ async fn apply_probe_in_tx(
     let conclusive = outcome
         .is_conclusive()
         .then_some(if failed { "failed" } else { "healthy" });
-    // The health and the outcome in one statement: each statement is a round trip to the
-    // database's thread, and each round trip costs two thread wake-ups.
-    let health = &decision.health;
-    let conditions =
-        serde_json::to_string(&health.conditions).map_err(|e| StoreError::Corrupt {
-            what: "conditions",
-            reason: e.to_string(),
-        })?;
-    sqlx::query(
-        "UPDATE clusters SET status = ?, conditions = ?, consecutive_failures = ?, \
-         consecutive_successes = ?, consecutive_inconclusive = ?, last_counted_failure = ?, \
-         last_probe = ?, last_success = ?, open_outage_id = ?, next_due = ?, updated_at = ?, \
-         last_outcome = ?, last_reason = ?, last_reason_class = ?, \
-         latest_conclusive = COALESCE(?, latest_conclusive), \
-         latest_conclusive_at = CASE WHEN ? IS NULL THEN latest_conclusive_at ELSE ? END, \
-         last_plugin = ?, last_plugin_generation = ? \
-         WHERE id = ?",
+    save_health(
+        tx,
+        cluster,
+        &decision.health,
+        next_due,
+        now,
+        Some(OutcomeColumns {
+            outcome,
+            conclusive,
+            by,
+        }),
     )
-    .bind(health.status.as_str())
-    .bind(conditions)
-    .bind(i64::from(health.consecutive_failures))
-    .bind(i64::from(health.consecutive_successes))
-    .bind(i64::from(health.consecutive_inconclusive))
-    .bind(health.last_counted_failure.map(|t| t.0))
-    .bind(health.last_probe.map(|t| t.0))
-    .bind(health.last_success.map(|t| t.0))
-    .bind(health.open_outage.map(|o| o.0))
-    .bind(next_due.0)
-    .bind(now.0)
-    .bind(outcome.label())
-    .bind(outcome.message())
-    .bind(outcome.class().map(|c| c.as_str()))
-    .bind(conclusive)
-    .bind(conclusive)
-    .bind(now.0)
-    .bind(by.map(|by| by.plugin.as_str()))
-    .bind(by.map(|by| i64::try_from(by.generation).unwrap_or(i64::MAX)))
-    .bind(cluster.0)
-    .execute(&mut **tx)
-    .await
-    .map_err(query_error("recording a probe outcome"))?;
+    .await?;
 
     Ok(Some(AppliedProbe {
         cluster: record.name,
