@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::config::{
-    ApiConfig, EngineConfig, LogFormat, PluginConfig, SecretSetting, SettingError,
+    ApiConfig, EngineConfig, LogFormat, PluginConfig, ReplicaConfig, SecretSetting, SettingError,
 };
 use vigil_decision::{BrakeConfig, HealthPolicy};
 
@@ -120,6 +120,38 @@ pub enum Command {
     /// Work with plugin files: `vigil plugin check FILE.wasm`.
     #[command(subcommand)]
     Plugin(PluginCommand),
+
+    /// Move an installation to another database: `vigil migrate --from sqlite://… --to
+    /// postgres://…`.
+    ///
+    /// Creates vigil's schema in the destination (which must exist and hold no vigil
+    /// data yet) and copies every cluster, app, outage, deployment, event, audit and the
+    /// brake, ids kept: an outage open in the source is open in the destination, with
+    /// the apps it degraded still marked, so the recovery that follows restores exactly
+    /// them. The source is read in one transaction and never written; the destination
+    /// is written in one transaction, all or nothing. Stop `vigil serve` first: a SQLite
+    /// source in use by an engine is refused. Credentials in the URLs are never printed.
+    ///
+    /// Exit codes: 0 copied (the rows per table are printed), 1 error (a database cannot
+    /// be opened, the destination is not empty, a write failed: nothing is copied),
+    /// 2 invalid arguments, 3 an engine is running on the SQLite source.
+    Migrate(MigrateArgs),
+}
+
+/// Settings of `vigil migrate`.
+#[derive(Debug, Clone, Args)]
+pub struct MigrateArgs {
+    /// The database to copy from (`sqlite://FILE` or `postgres://…`).
+    #[arg(long = "from", value_name = "URL")]
+    pub from: String,
+
+    /// The database to copy to (`postgres://…` or `sqlite://FILE`); created tables only.
+    #[arg(long = "to", value_name = "URL")]
+    pub to: String,
+
+    /// Output format: a line per table for people, one JSON object for programs.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
 }
 
 /// The `vigil plugin` subcommands.
@@ -425,6 +457,31 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u32).range(1..=36_500))]
     pub history_retention_days: u32,
 
+    /// This replica's id among the replicas sharing one PostgreSQL database (unique
+    /// among them) [default: the host name and the process id].
+    #[arg(
+        long = "replica-id",
+        env = "VIGIL_REPLICA_ID",
+        value_name = "VIGIL_REPLICA_ID"
+    )]
+    pub replica_id: Option<String>,
+
+    /// The node this replica runs on (in Kubernetes, from the downward API's
+    /// `spec.nodeName`), so that replicas on one node are not taken as independent.
+    #[arg(
+        long = "node-name",
+        env = "VIGIL_NODE_NAME",
+        value_name = "VIGIL_NODE_NAME"
+    )]
+    pub node_name: Option<String>,
+
+    /// Seconds a replica's claim on a cluster lasts at least (PostgreSQL); a claim also
+    /// lasts the cluster's probe timeout plus 15 s. A replica that dies loses its claims
+    /// after it.
+    #[arg(long = "claim-lease", env = "VIGIL_CLAIM_LEASE", value_name = "VIGIL_CLAIM_LEASE",
+          default_value_t = 30, value_parser = clap::value_parser!(u32).range(5..=3600))]
+    pub claim_lease: u32,
+
     /// The REST API.
     #[command(flatten)]
     pub api: ApiArgs,
@@ -725,8 +782,26 @@ impl ServeArgs {
             history_retention_days: self.history_retention_days,
             audit_interval: Duration::from_secs(u64::from(self.audit_interval)),
             audit_timeout: Duration::from_secs(u64::from(self.audit_timeout)),
+            replica: ReplicaConfig {
+                id: self.replica_id.clone().unwrap_or_else(default_replica_id),
+                node: self.node_name.clone().filter(|node| !node.is_empty()),
+                lease: Duration::from_secs(u64::from(self.claim_lease)),
+            },
         })
     }
+}
+
+/// A replica's default id: the host name (a pod's name in Kubernetes) and the process id.
+fn default_replica_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|name| name.trim().to_owned())
+        .unwrap_or_default();
+    let host = if host.is_empty() {
+        "vigil".to_owned()
+    } else {
+        host
+    };
+    format!("{host}-{}", std::process::id())
 }
 
 /// Settings of the REST API.

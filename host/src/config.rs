@@ -79,6 +79,19 @@ pub struct EngineConfig {
     pub audit_interval: Duration,
     /// How long one audit may take.
     pub audit_timeout: Duration,
+    /// This replica, when replicas share a PostgreSQL database.
+    pub replica: ReplicaConfig,
+}
+
+/// Who this replica is among those sharing one PostgreSQL database (unused on SQLite).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaConfig {
+    /// `VIGIL_REPLICA_ID`.
+    pub id: String,
+    /// `VIGIL_NODE_NAME`.
+    pub node: Option<String>,
+    /// `VIGIL_CLAIM_LEASE`: the shortest claim.
+    pub lease: Duration,
 }
 
 /// How long discovery waits for file changes to settle before re-reading.

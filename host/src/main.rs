@@ -11,8 +11,8 @@ use clap::Parser;
 use serde_json::json;
 use tracing_subscriber::EnvFilter;
 use vigil::cli::{
-    Cli, Command, DiscoverArgs, OutputFormat, PluginCheckArgs, PluginCommand, ProbeArgs, ServeArgs,
-    ServerArgs, StatusArgs,
+    Cli, Command, DiscoverArgs, MigrateArgs, OutputFormat, PluginCheckArgs, PluginCommand,
+    ProbeArgs, ServeArgs, ServerArgs, StatusArgs,
 };
 use vigil::client::{ApiClient, ClientError, status_table};
 use vigil::config::{EngineConfig, LogFormat};
@@ -112,6 +112,7 @@ fn main() -> ExitCode {
             Exit::Audit(code)
         }
         Command::Plugin(PluginCommand::Check(args)) => plugin_check(&args),
+        Command::Migrate(args) => migrate(&args),
     };
     exit.report()
 }
@@ -181,6 +182,93 @@ fn fit_open_files(config: &mut EngineConfig) -> Result<(), Exit> {
             tracing::error!("{error}");
             Err(Exit::Settings(error.to_string()))
         }
+    }
+}
+
+/// `vigil migrate`: copies an installation into a new database.
+fn migrate(args: &MigrateArgs) -> Exit {
+    let (from_path, to_path) = match (
+        vigil_store::sqlite_path(&args.from),
+        vigil_store::sqlite_path(&args.to),
+    ) {
+        (Ok(from), Ok(to)) => (from, to),
+        (Err(error), _) => return Exit::Settings(format!("--from: {error}")),
+        (_, Err(error)) => return Exit::Settings(format!("--to: {error}")),
+    };
+    if args.from == args.to || (from_path.is_some() && from_path == to_path) {
+        return Exit::Settings("--from and --to name the same database".to_owned());
+    }
+    // An engine on a SQLite file holds its lock: copying under it would copy a state it
+    // is still changing, and nothing would stop it from going on after the copy. A
+    // database that does not exist yet is not created by looking.
+    let mut locks = Vec::new();
+    for (flag, path) in [("--from", &from_path), ("--to", &to_path)] {
+        let Some(path) = path else { continue };
+        if flag == "--from" && !path.exists() {
+            return Exit::Failed(format!("--from: {} does not exist", path.display()));
+        }
+        match vigil_store::lock::DatabaseLock::acquire(path) {
+            Ok(lock) => locks.push(lock),
+            Err(error) => return Exit::Locked(format!("{flag}: {error}")),
+        }
+    }
+    let runtime = match async_runtime(Workers::Two) {
+        Ok(runtime) => runtime,
+        Err(exit) => return exit,
+    };
+    let copied = runtime.block_on(async {
+        let from = match Store::open_existing(&args.from).await? {
+            ExistingDatabase::Ready(store) => store,
+            ExistingDatabase::Blank => {
+                return Ok(Err(format!(
+                    "--from: {} holds no vigil database",
+                    vigil_store::redact_url(&args.from)
+                )));
+            }
+            ExistingDatabase::SchemaMismatch { applied, expected } => {
+                return Ok(Err(format!(
+                    "--from: {} has schema versions {applied:?}, this vigil {expected:?}: \
+                     run this vigil's `vigil serve` on it once (it migrates the schema), \
+                     or use the vigil that wrote it",
+                    vigil_store::redact_url(&args.from)
+                )));
+            }
+        };
+        let to = Store::open(&args.to).await?;
+        let summary = from.copy_to(&to).await;
+        from.close().await;
+        to.close().await;
+        Ok::<_, StoreError>(Ok(summary?))
+    });
+    drop(locks);
+    match copied {
+        Ok(Ok(summary)) => {
+            let text = match args.output {
+                OutputFormat::Table => {
+                    let mut text = format!(
+                        "copied {} to {}\n",
+                        vigil_store::redact_url(&args.from),
+                        vigil_store::redact_url(&args.to)
+                    );
+                    for (table, rows) in &summary.tables {
+                        text.push_str(&format!("  {table:<12} {rows:>9} rows\n"));
+                    }
+                    text
+                }
+                OutputFormat::Json => {
+                    let tables: serde_json::Map<String, serde_json::Value> = summary
+                        .tables
+                        .iter()
+                        .map(|(table, rows)| ((*table).to_owned(), json!(rows)))
+                        .collect();
+                    json!({ "tables": tables }).to_string() + "\n"
+                }
+            };
+            print(&text);
+            Exit::Done
+        }
+        Ok(Err(message)) => Exit::Failed(message),
+        Err(error) => Exit::failed(&error),
     }
 }
 

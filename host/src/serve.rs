@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::config::{DISCOVERY_DEBOUNCE, EngineConfig, PluginConfig};
 use vigil_api::{
@@ -23,13 +23,14 @@ use vigil_domain::secrets;
 use vigil_engine::auditing::{AuditSettings, Auditor, audit_loop};
 use vigil_engine::discovery::run_discovery;
 use vigil_engine::metrics::Metrics;
-use vigil_engine::worker::{Worker, WorkerSettings, WorkerStats};
+use vigil_engine::sharing::Owner;
+use vigil_engine::worker::{Sharing, Worker, WorkerSettings, WorkerStats};
 use vigil_plugin_host::{
     AuditOutcome, CandidateFailure, FindingSeverity, PluginEvent, PluginRuntime, PluginStatus,
     ReloadReport, RuntimeError, RuntimeSettings,
 };
 use vigil_store::lock::{DatabaseLock, LockError};
-use vigil_store::{AuditResult, Finding, ObjectRef, Severity, Store, StoreError};
+use vigil_store::{AuditResult, Backend, Finding, Lease, ObjectRef, Severity, Store, StoreError};
 
 /// Why the engine stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -196,10 +197,12 @@ pub async fn serve_with_plugins(
             // Drain-readiness audits of the ONLINE clusters, by the audit plugins.
             let mut settings = AuditSettings::new(config.audit_interval, config.audit_timeout);
             settings.concurrency = AUDIT_CONCURRENCY;
+            let owner = owner_of(config, &store);
             let audits = tokio::spawn(audit_loop(
                 store,
                 Arc::new(prober.clone()),
                 settings,
+                owner,
                 std::future::pending::<()>(),
             ));
             (Some(plugin_events), Some(reloads), Some(audits))
@@ -493,6 +496,37 @@ fn system_timestamp(at: std::time::SystemTime) -> vigil_decision::Timestamp {
     )
 }
 
+/// Time allowed, beyond a probe's timeout and grace, to write its result under its claim.
+const CLAIM_APPLY_MARGIN: Duration = Duration::from_secs(15);
+
+/// How long a replica holds discovery after running it: re-discovery on a change of the
+/// kubeconfig sources stays with it meanwhile.
+const DISCOVERY_LEASE: Duration = Duration::from_secs(300);
+
+/// How often a replica sharing the fleet records that it is alive.
+const HEARTBEAT_EVERY: Duration = Duration::from_secs(5);
+
+/// Who owns the single-owner work of this engine: itself alone on SQLite, a lease among
+/// the replicas on PostgreSQL.
+fn owner_of(config: &EngineConfig, store: &Store) -> Owner {
+    match store.backend() {
+        Backend::Sqlite => Owner::alone(),
+        Backend::Postgres => Owner::replica(&config.replica.id),
+    }
+}
+
+/// Records, every [`HEARTBEAT_EVERY`], that this replica is alive.
+async fn heartbeat_loop(store: Store, replica: String, node: Option<String>) {
+    let mut every = tokio::time::interval(HEARTBEAT_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        if let Err(error) = store.heartbeat(&replica, node.as_deref()).await {
+            warn!(error = %error_chain(&error), "could not record this replica's heartbeat");
+        }
+    }
+}
+
 /// How long open API connections (event streams) may take to end after shutdown.
 const API_DRAIN: Duration = Duration::from_secs(2);
 
@@ -521,11 +555,31 @@ async fn run<P: Prober>(
     }
     let store = Store::open(&config.database_url).await?;
     let sources = Sources::from_settings(&config.discovery);
+    let owner = owner_of(config, &store);
 
     let mut settings = WorkerSettings::new(config.defaults, config.brake, config.concurrency);
     settings.brake_window_explicit = config.brake_window_explicit;
-    let worker = Worker::new(store.clone(), prober, settings).with_metrics(metrics.clone());
+    let mut worker = Worker::new(store.clone(), prober, settings).with_metrics(metrics.clone());
+    let shared = store.backend() == Backend::Postgres;
+    if shared {
+        info!(replica = %config.replica.id, node = config.replica.node.as_deref().unwrap_or("-"),
+              "sharing the fleet with the other replicas on this database");
+        worker = worker.with_sharing(Sharing {
+            replica: config.replica.id.clone(),
+            lease: Lease {
+                minimum: config.replica.lease,
+                margin: settings.grace + CLAIM_APPLY_MARGIN,
+            },
+        });
+    }
     let handle = worker.handle();
+    let heartbeat = shared.then(|| {
+        tokio::spawn(heartbeat_loop(
+            store.clone(),
+            config.replica.id.clone(),
+            config.replica.node.clone(),
+        ))
+    });
 
     let listener = tokio::net::TcpListener::bind(config.api.listen)
         .await
@@ -536,6 +590,7 @@ async fn run<P: Prober>(
     let bound = listener.local_addr().unwrap_or(config.api.listen);
     let readiness = Arc::new(Readiness {
         writes: worker.store_writes(),
+        replica: shared.then(|| config.replica.id.clone()),
         ..Readiness::default()
     });
     let state = ApiState {
@@ -570,13 +625,18 @@ async fn run<P: Prober>(
         "REST API listening"
     );
 
-    run_discovery(&store, &sources, &handle).await?;
+    if owner.holds(&store, "discovery", DISCOVERY_LEASE).await {
+        run_discovery(&store, &sources, &handle).await?;
+    } else {
+        info!("another replica holds discovery: it writes what the kubeconfig sources define");
+    }
     // Clusters known by now are the ones readiness waits for.
     readiness.started.store(wall_clock().0, Ordering::Release);
     readiness.discovered.store(true, Ordering::Release);
     let retention = tokio::spawn(vigil_engine::retention::retention_loop(
         store.clone(),
         config.history_retention_days,
+        owner.clone(),
         std::future::pending::<()>(),
     ));
 
@@ -592,8 +652,13 @@ async fn run<P: Prober>(
         let store = store.clone();
         let sources = sources.clone();
         let handle = handle.clone();
+        let owner = owner.clone();
         async move {
             while changed_rx.recv().await.is_some() {
+                if !owner.holds(&store, "discovery", DISCOVERY_LEASE).await {
+                    debug!("kubeconfig sources changed; another replica holds discovery");
+                    continue;
+                }
                 info!("kubeconfig sources changed; discovering again");
                 if let Err(error) = run_discovery(&store, &sources, &handle).await {
                     warn!(error = %error_chain(&error), "discovery failed");
@@ -612,6 +677,19 @@ async fn run<P: Prober>(
     rediscovery.abort();
     // A prune pass is a series of short transactions: stopping between two loses nothing.
     retention.abort();
+    if let Some(heartbeat) = heartbeat {
+        heartbeat.abort();
+        // Gone at once, rather than when the heartbeat's lifetime ends; the worker gave
+        // its claims back already.
+        for left in [
+            store.release_leases(&config.replica.id).await,
+            store.leave(&config.replica.id).await,
+        ] {
+            if let Err(error) = left {
+                warn!(error = %error_chain(&error), "could not leave the replicas; the leases lapse by themselves");
+            }
+        }
+    }
     if tokio::time::timeout(API_DRAIN, api).await.is_err() {
         info!("open API connections closed at shutdown");
     }

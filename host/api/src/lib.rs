@@ -154,6 +154,8 @@ pub struct Readiness {
     pub caught_up: AtomicBool,
     /// Whether the store takes the probes' results (the worker's own record).
     pub writes: Arc<vigil_engine::worker::StoreWrites>,
+    /// This replica's id, when replicas share the fleet on PostgreSQL.
+    pub replica: Option<String>,
 }
 
 impl Readiness {
@@ -237,7 +239,10 @@ impl<P: vigil_domain::probe::Prober> ProbeNow for vigil_engine::worker::OnDemand
                 Ok(None) | Err(OnDemandError::Store(StoreError::NotFound { .. })) => {
                     Err(ProbeNowError::NotFound(cluster.to_owned()))
                 }
-                Err(OnDemandError::InProgress(name)) => Err(ProbeNowError::InProgress(name)),
+                // Probing here, or on another replica that holds the cluster's claim.
+                Err(OnDemandError::InProgress(name) | OnDemandError::ClaimedElsewhere(name)) => {
+                    Err(ProbeNowError::InProgress(name))
+                }
                 Err(OnDemandError::Busy {
                     cluster,
                     retry_after,
@@ -391,6 +396,13 @@ struct Ready {
     caught_up: bool,
     /// Whether the mass-failure brake holds.
     brake_holding: bool,
+    /// This replica's id, when replicas share the fleet on PostgreSQL.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    replica: Option<String>,
+    /// The claims on clusters this replica holds now (probes in flight), when replicas
+    /// share the fleet.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    claims: Option<u64>,
     /// Why vigil is not ready, one line each; empty when it is.
     reasons: Vec<String>,
 }
@@ -409,6 +421,10 @@ async fn readyz(State(state): State<ApiState>) -> Response {
     let discovered = state.readiness.discovered.load(Ordering::Acquire);
     let caught_up = state.readiness.caught_up(&state.store).await;
     let write_failure = state.readiness.writes.failing();
+    let claims = match &state.readiness.replica {
+        Some(replica) => state.store.claims_held(replica).await.ok(),
+        None => None,
+    };
     let mut reasons = Vec::new();
     if !database {
         reasons.push("the database does not answer".to_owned());
@@ -434,6 +450,8 @@ async fn readyz(State(state): State<ApiState>) -> Response {
         discovered,
         caught_up,
         brake_holding: brake.is_ok_and(|b| b.verdict.holds()),
+        replica: state.readiness.replica.clone(),
+        claims,
         reasons,
     };
     let status = if ready.ready {

@@ -53,16 +53,30 @@ impl AuditSettings {
     }
 }
 
+/// The shortest lease on the audits among replicas: a holder that stops renewing it is
+/// replaced after it.
+const AUDIT_LEASE_MIN: Duration = Duration::from_secs(30);
+
 /// Audits the due clusters until `shutdown` completes. An audit in flight at shutdown
 /// is dropped: nothing of it was written.
 pub async fn audit_loop<A: Auditor>(
     store: Store,
     auditor: Arc<A>,
     settings: AuditSettings,
+    owner: crate::sharing::Owner,
     shutdown: impl Future<Output = ()>,
 ) {
     let run = async {
         loop {
+            // Among replicas, the holder of the `audits` lease audits (kept while it
+            // lives: renewed at every tick).
+            if !owner
+                .holds(&store, "audits", settings.tick.max(AUDIT_LEASE_MIN))
+                .await
+            {
+                tokio::time::sleep(settings.tick).await;
+                continue;
+            }
             let now = wall_clock();
             match store.due_audits(now, settings.concurrency.max(1)).await {
                 Ok(due) => {

@@ -246,15 +246,22 @@ pub async fn preview(
         })
         .collect();
 
+    // A PostgreSQL database names no file: it exists as far as the preview can tell, and
+    // opening it says whether it does.
+    let on_server = vigil_store::Backend::of_url(database_url)
+        .is_ok_and(|backend| backend == vigil_store::Backend::Postgres);
     let (state, summary) = match database_path {
-        None => (DatabaseState::InMemory, all_inserted(&rows)),
-        Some(path) => {
-            let exists = path
-                .try_exists()
-                .map_err(|source| PreviewError::Inaccessible {
-                    path: path.to_path_buf(),
-                    source,
-                })?;
+        None if !on_server => (DatabaseState::InMemory, all_inserted(&rows)),
+        path => {
+            let exists = match path {
+                Some(path) => path
+                    .try_exists()
+                    .map_err(|source| PreviewError::Inaccessible {
+                        path: path.to_path_buf(),
+                        source,
+                    })?,
+                None => true,
+            };
             let store_error = |source| PreviewError::Store {
                 url: redact_url(database_url),
                 source,

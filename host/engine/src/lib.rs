@@ -8,6 +8,7 @@
 //!   [`discovery_preview`]: the same, planned and never written;
 //! - [`auditing`]: drain-readiness audits of the ONLINE clusters, through an [`auditing::Auditor`];
 //! - [`retention`]: the history pruned on a schedule;
+//! - [`sharing`]: work with one owner among replicas sharing a database;
 //! - [`metrics`]: the Prometheus metrics.
 //!
 //! The engine knows neither WebAssembly nor HTTP serving: the plugin runtime and the
@@ -20,4 +21,5 @@ pub mod discovery;
 pub mod discovery_preview;
 pub mod metrics;
 pub mod retention;
+pub mod sharing;
 pub mod worker;

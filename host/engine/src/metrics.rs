@@ -125,7 +125,12 @@ struct Recorded {
     plugin_changes: Family<PluginChangeLabels, Counter>,
     tick_duration: Histogram,
     start_delay: Histogram,
+    stale_results: Counter,
 }
+
+/// How long past its due time a cluster counts as overdue in `vigil_clusters_overdue`:
+/// longer than any healthy scheduler lag, shorter than an interval.
+pub const OVERDUE_AFTER: Duration = Duration::from_secs(60);
 
 impl Metrics {
     /// Empty metrics. With `per_cluster` (`VIGIL_METRICS_PER_CLUSTER=true`), a scrape
@@ -144,6 +149,7 @@ impl Metrics {
                 plugin_changes: Family::default(),
                 tick_duration: duration_histogram(),
                 start_delay: Histogram::new(DELAY_BUCKETS),
+                stale_results: Counter::default(),
             }),
         }
     }
@@ -248,6 +254,12 @@ impl Metrics {
         self.inner.start_delay.observe(delay.as_secs_f64());
     }
 
+    /// Records a result discarded because its claim lapsed before it was written (another
+    /// replica took the cluster meanwhile).
+    pub fn record_stale(&self) {
+        self.inner.stale_results.inc();
+    }
+
     /// The metrics in the classic Prometheus text format (serve it with
     /// [`CONTENT_TYPE`], `text/plain; version=0.0.4; charset=utf-8`).
     ///
@@ -263,6 +275,7 @@ impl Metrics {
         let statuses = store.status_counts().await?;
         let conditions = store.condition_counts().await?;
         let brake = store.brake_state().await?;
+        let (overdue, oldest_overdue) = store.overdue(OVERDUE_AFTER).await?;
         let clusters = if self.inner.per_cluster {
             Some(store.cluster_statuses().await?)
         } else {
@@ -318,6 +331,23 @@ impl Metrics {
                 per_cluster,
             );
         }
+
+        let overdue_gauge = Gauge::<i64>::default();
+        overdue_gauge.set(gauge_value(overdue));
+        registry.register(
+            "vigil_clusters_overdue",
+            "Clusters due for more than a minute and not probed, fleet-wide (whatever \
+             replica should have probed them): orphans when it stays above zero",
+            overdue_gauge,
+        );
+        let oldest_gauge = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        oldest_gauge.set(oldest_overdue.as_secs_f64());
+        registry.register(
+            "vigil_oldest_overdue_seconds",
+            "How long the most overdue of those clusters has been due, fleet-wide (0 when \
+             none is)",
+            oldest_gauge,
+        );
 
         let holding = Gauge::<i64>::default();
         holding.set(i64::from(brake.verdict.holds()));
@@ -392,6 +422,13 @@ impl Metrics {
             "How late each probe started after its cluster was due (the scheduler's lag; \
              it grows when the fleet needs more probes per second than vigil can make)",
             recorded.start_delay.clone(),
+        );
+
+        registry.register(
+            "vigil_stale_results",
+            "Probe results of this replica discarded because their claim on the cluster \
+             lapsed and another replica took the cluster before they were written",
+            recorded.stale_results.clone(),
         );
 
         let mut text = String::new();

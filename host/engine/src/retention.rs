@@ -12,6 +12,8 @@ use vigil_decision::Timestamp;
 use vigil_domain::probe::{error_chain, wall_clock};
 use vigil_store::Store;
 
+use crate::sharing::Owner;
+
 /// How often the history is pruned after the first time at start-up.
 pub const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 
@@ -24,15 +26,24 @@ pub fn retention_cutoff(now: Timestamp, days: u32) -> Timestamp {
 
 /// Prunes the history older than `days` days now, then every [`PRUNE_EVERY`],
 /// until `shutdown` completes. A failed pass is logged and the next one runs as
-/// planned: retention is housekeeping and never stops the engine.
-pub async fn retention_loop(store: Store, days: u32, shutdown: impl Future<Output = ()>) {
+/// planned: retention is housekeeping and never stops the engine. Among replicas, the one
+/// that holds the `retention` lease prunes.
+pub async fn retention_loop(
+    store: Store,
+    days: u32,
+    owner: Owner,
+    shutdown: impl Future<Output = ()>,
+) {
     let passes = async {
         let mut every = tokio::time::interval(PRUNE_EVERY);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             // The first tick completes at once: prune at start-up.
             every.tick().await;
-            prune_once(&store, days).await;
+            // Held across two passes, so that its holder keeps it while it lives.
+            if owner.holds(&store, "retention", PRUNE_EVERY * 2).await {
+                prune_once(&store, days).await;
+            }
         }
     };
     tokio::select! {

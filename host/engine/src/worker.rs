@@ -25,7 +25,9 @@ use crate::metrics::{AUTO_PLUGIN, Metrics};
 use vigil_decision::ProbedBy;
 use vigil_domain::probe::{ProbeTarget, Probed, Prober, error_chain, wall_clock};
 use vigil_domain::reference::{self, Reference, Resolution};
-use vigil_store::{AppliedProbe, ApplySettings, ClusterRecord, ProbeResult, Store, StoreError};
+use vigil_store::{
+    AppliedProbe, ApplySettings, Claim, ClusterRecord, Lease, ProbeResult, Store, StoreError,
+};
 /// The worker's settings (from `CLUSTER_HEALTH_*`).
 #[derive(Debug, Clone, Copy)]
 pub struct WorkerSettings {
@@ -85,6 +87,19 @@ pub struct Worker<P> {
     holds: Holds,
     /// Whether the store takes the results.
     writes: Arc<StoreWrites>,
+    /// How this worker shares the fleet with other replicas, when it does.
+    sharing: Option<Arc<Sharing>>,
+}
+
+/// How a worker shares the fleet with other replicas on one PostgreSQL database: it
+/// probes only clusters it claimed, under its replica id, and its results are written
+/// only while their claims hold (see the store's claims).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sharing {
+    /// This replica's id, unique among the live replicas.
+    pub replica: String,
+    /// How long its claims last.
+    pub lease: Lease,
 }
 
 /// Lets other parts of the engine (discovery, the API) wake the worker when
@@ -215,7 +230,16 @@ impl<P: Prober> Worker<P> {
             slots: Arc::new(Semaphore::new(settings.concurrency)),
             holds: Arc::default(),
             writes: Arc::default(),
+            sharing: None,
         }
+    }
+
+    /// The same worker, sharing the fleet with other replicas: it claims the clusters it
+    /// probes, and gives its claims back when it stops.
+    #[must_use]
+    pub fn with_sharing(mut self, sharing: Sharing) -> Self {
+        self.sharing = Some(Arc::new(sharing));
+        self
     }
 
     /// Probing on demand beside this worker (the API's probe-now), recording into the
@@ -232,6 +256,7 @@ impl<P: Prober> Worker<P> {
             slots: Arc::clone(&self.slots),
             share: Arc::new(Semaphore::new((self.settings.concurrency / 2).max(1))),
             writes: Arc::clone(&self.writes),
+            sharing: self.sharing.clone(),
         }
     }
 
@@ -297,11 +322,7 @@ impl<P: Prober> Worker<P> {
                     let mut skip: HashSet<ClusterId> = lock(&in_flight).clone();
                     skip.extend(self.held_now());
                     let excluded: Vec<i64> = skip.iter().map(|id| id.0).collect();
-                    let due = match self
-                        .store
-                        .due_clusters_excluding(wall_clock(), &excluded, free)
-                        .await
-                    {
+                    let due = match self.due(&excluded, free).await {
                         Ok(due) => due,
                         Err(error) => {
                             read_failed = true;
@@ -309,7 +330,7 @@ impl<P: Prober> Worker<P> {
                             Vec::new()
                         }
                     };
-                    for cluster in due.into_iter().filter(|c| !skip.contains(&c.id)) {
+                    for (cluster, claim) in due.into_iter().filter(|(c, _)| !skip.contains(&c.id)) {
                         let Ok(permit) = Arc::clone(&slots).try_acquire_owned() else {
                             break;
                         };
@@ -329,6 +350,7 @@ impl<P: Prober> Worker<P> {
                             writes: Arc::clone(&self.writes),
                             results: results.clone(),
                             due_again: None,
+                            claim,
                         };
                         let span = info_span!("probe", cluster = %cluster.name, plugin = cluster.plugin.as_deref().unwrap_or("auto"));
                         tasks.spawn(job.run(cluster, slot).instrument(span));
@@ -380,12 +402,47 @@ impl<P: Prober> Worker<P> {
         if let Err(error) = writer.await {
             warn!(%error, "the result writer ended abnormally");
         }
+        if let Some(sharing) = &self.sharing {
+            // The other replicas may take this one's clusters at once, rather than when
+            // its leases end.
+            match self.store.release_claims(&sharing.replica).await {
+                Ok(released) => info!(released, "claims released"),
+                Err(error) => {
+                    warn!(error = %error_chain(&error), "could not release the claims; they lapse with their leases");
+                }
+            }
+        }
         info!(
             applied = stats.applied,
             abandoned = stats.abandoned,
             "health worker stopped"
         );
         stats
+    }
+
+    /// Up to `free` clusters due now, other than `excluded`: claimed for this replica when
+    /// it shares the fleet.
+    async fn due(
+        &self,
+        excluded: &[i64],
+        free: usize,
+    ) -> Result<Vec<(ClusterRecord, Option<Claim>)>, StoreError> {
+        let Some(sharing) = &self.sharing else {
+            let due = self
+                .store
+                .due_clusters_excluding(wall_clock(), excluded, free)
+                .await?;
+            return Ok(due.into_iter().map(|cluster| (cluster, None)).collect());
+        };
+        let timeout = Duration::from_secs(u64::from(self.settings.defaults.timeout_seconds));
+        let claimed = self
+            .store
+            .claim_due(&sharing.replica, excluded, free, sharing.lease, timeout)
+            .await?;
+        Ok(claimed
+            .into_iter()
+            .map(|claimed| (claimed.record, Some(claimed.claim)))
+            .collect())
     }
 
     /// The wait before the next look after a failed read: doubling from
@@ -419,6 +476,13 @@ impl<P: Prober> Worker<P> {
                 skip.push(id.0);
                 wait = wait.min(hold.until - now_instant);
             }
+        }
+        if self.sharing.is_some() {
+            // Another replica's claim keeps its cluster from this one until it ends.
+            if let Some(claimable) = self.store.next_claimable_in(&skip).await? {
+                wait = wait.min(claimable);
+            }
+            return Ok(wait);
         }
         let next = self.store.next_due_excluding(&skip).await?;
         let now = wall_clock();
@@ -495,6 +559,8 @@ struct ProbeJob<P> {
     results: mpsc::Sender<WriteRequest>,
     /// When the cluster is due again, once the job knows.
     due_again: Option<Instant>,
+    /// The claim it probes under, when replicas share the fleet.
+    claim: Option<Claim>,
 }
 
 /// The most probe results one transaction writes.
@@ -525,6 +591,7 @@ struct WriteRequest {
     by: Option<ProbedBy>,
     now: Timestamp,
     next_due: Timestamp,
+    claim: Option<Claim>,
     answer: oneshot::Sender<Result<Option<AppliedProbe>, Arc<StoreError>>>,
 }
 
@@ -556,6 +623,7 @@ async fn write_results(
                 by: request.by.as_ref(),
                 now: request.now,
                 next_due: request.next_due,
+                claim: request.claim.as_ref(),
             })
             .collect();
         let written = store.apply_probes(&results, &settings).await;
@@ -643,6 +711,7 @@ impl<P: Prober> ProbeJob<P> {
             by: by.clone(),
             now,
             next_due,
+            claim: self.claim.take(),
             answer,
         };
         let sent = self.results.send(request).await;
@@ -673,6 +742,15 @@ impl<P: Prober> ProbeJob<P> {
             Ok(None) => {
                 // The cluster is gone: nothing of it is to be held back.
                 held(&self.holds).remove(&cluster.id);
+                ProbeEnd::Abandoned
+            }
+            Err(error) if matches!(*error, StoreError::StaleClaim { .. }) => {
+                // This replica's claim lapsed (it was paused, or slow past its lease) and
+                // another replica took the cluster: its result stands, not this one.
+                info!("probe result discarded: the claim on the cluster lapsed meanwhile");
+                if let Some(metrics) = &self.metrics {
+                    metrics.record_stale();
+                }
                 ProbeEnd::Abandoned
             }
             Err(error) => {
@@ -730,6 +808,7 @@ pub struct OnDemand<P> {
     /// The part of it probes on demand may hold at once.
     share: Arc<Semaphore>,
     writes: Arc<StoreWrites>,
+    sharing: Option<Arc<Sharing>>,
 }
 
 /// Why an on-demand probe did not run.
@@ -738,6 +817,9 @@ pub enum OnDemandError {
     /// A probe of this cluster is running.
     #[error("a probe of cluster `{0}` is already running")]
     InProgress(String),
+    /// Another replica holds the cluster's claim: it is probing it.
+    #[error("cluster `{0}` is being probed by another replica")]
+    ClaimedElsewhere(String),
     /// Every slot probes on demand may take is in use.
     #[error(
         "too many probes are running to probe cluster `{cluster}` now; try again in {}s",
@@ -777,12 +859,30 @@ impl<P: Prober> OnDemand<P> {
             in_flight: &self.in_flight,
             id,
         };
-        let result = probe_now_recorded(
+        // Replicas sharing the fleet: the probe takes the cluster's claim, as the worker
+        // does, so that no other replica probes it meanwhile.
+        let claim = match &self.sharing {
+            Some(sharing) => {
+                let timeout =
+                    Duration::from_secs(u64::from(self.settings.defaults.timeout_seconds));
+                match self
+                    .store
+                    .claim_now(&sharing.replica, id, sharing.lease, timeout)
+                    .await?
+                {
+                    Some(claim) => Some(claim),
+                    None => return Err(OnDemandError::ClaimedElsewhere(cluster.to_owned())),
+                }
+            }
+            None => None,
+        };
+        let result = probe_now_claimed(
             &self.store,
             self.prober.as_ref(),
             &self.settings,
             self.metrics.as_ref(),
             cluster,
+            claim.as_ref(),
         )
         .await;
         match &result {
@@ -837,6 +937,18 @@ pub async fn probe_now_recorded<P: Prober>(
     metrics: Option<&Metrics>,
     cluster: &str,
 ) -> Result<Option<(Probed, AppliedProbe)>, StoreError> {
+    probe_now_claimed(store, prober, settings, metrics, cluster, None).await
+}
+
+/// [`probe_now_recorded`] under `claim`, when replicas share the fleet.
+async fn probe_now_claimed<P: Prober>(
+    store: &Store,
+    prober: &P,
+    settings: &WorkerSettings,
+    metrics: Option<&Metrics>,
+    cluster: &str,
+    claim: Option<&Claim>,
+) -> Result<Option<(Probed, AppliedProbe)>, StoreError> {
     let record = store.cluster(cluster).await?;
     let policy = settings.defaults.with_overrides(&record.policy);
     let started = wall_clock();
@@ -852,16 +964,20 @@ pub async fn probe_now_recorded<P: Prober>(
     }
     let now = wall_clock();
     let next_due = schedule_next(record.id, started, &policy).max(now);
+    let result = ProbeResult {
+        cluster: record.id,
+        outcome: &probed.outcome,
+        by: probed.by.as_ref(),
+        now,
+        next_due,
+        claim,
+    };
     let applied = store
-        .apply_probe_by(
-            record.id,
-            &probed.outcome,
-            probed.by.as_ref(),
-            now,
-            next_due,
-            &settings.apply(),
-        )
-        .await?;
+        .apply_probes(&[result], &settings.apply())
+        .await?
+        .into_iter()
+        .next()
+        .unwrap_or(Ok(None))?;
     Ok(applied.map(|applied| {
         log_applied(&applied, &probed.outcome);
         if let Some(metrics) = metrics {

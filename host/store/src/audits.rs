@@ -134,9 +134,9 @@ impl Store {
     ) -> Result<Vec<ClusterRecord>, StoreError> {
         let sql = format!(
             "SELECT {CLUSTER_COLUMNS} FROM clusters WHERE ignored = 0 AND status = 'ONLINE' \
-             AND id NOT IN (SELECT cluster_id FROM audits WHERE next_audit > ?) \
+             AND id NOT IN (SELECT cluster_id FROM audits WHERE next_audit > $1) \
              ORDER BY (SELECT next_audit FROM audits WHERE cluster_id = clusters.id) IS NOT NULL, \
-             (SELECT next_audit FROM audits WHERE cluster_id = clusters.id), id LIMIT ?"
+             (SELECT next_audit FROM audits WHERE cluster_id = clusters.id), id LIMIT $2"
         );
         let rows: Vec<ClusterRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
             .bind(now.0)
@@ -183,7 +183,7 @@ impl Store {
                 sqlx::query(
                     "INSERT INTO audits (cluster_id, audited_at, audit_plugin, \
                      audit_plugin_generation, kinds_read, findings, error_kind, error_message, \
-                     error_at, next_audit) VALUES (?, ?, ?, ?, ?, ?, NULL, NULL, NULL, ?) \
+                     error_at, next_audit) VALUES ($1, $2, $3, $4, $5, $6, NULL, NULL, NULL, $7) \
                      ON CONFLICT (cluster_id) DO UPDATE SET audited_at = excluded.audited_at, \
                      audit_plugin = excluded.audit_plugin, \
                      audit_plugin_generation = excluded.audit_plugin_generation, \
@@ -220,13 +220,15 @@ impl Store {
                 if decision.health.conditions != record.health.conditions {
                     let conditions = serde_json::to_string(&decision.health.conditions)
                         .map_err(|e| corrupt("conditions", &e))?;
-                    sqlx::query("UPDATE clusters SET conditions = ?, updated_at = ? WHERE id = ?")
-                        .bind(conditions)
-                        .bind(now.0)
-                        .bind(cluster.0)
-                        .execute(&mut *tx)
-                        .await
-                        .map_err(query_error("recording the drain-blocked condition"))?;
+                    sqlx::query(
+                        "UPDATE clusters SET conditions = $1, updated_at = $2 WHERE id = $3",
+                    )
+                    .bind(conditions)
+                    .bind(now.0)
+                    .bind(cluster.0)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(query_error("recording the drain-blocked condition"))?;
                 }
                 for event in &decision.events {
                     let (kind, detail) = event_parts(event);
@@ -245,7 +247,7 @@ impl Store {
             AuditResult::Failed { kind, message } => {
                 sqlx::query(
                     "INSERT INTO audits (cluster_id, error_kind, error_message, error_at, \
-                     next_audit) VALUES (?, ?, ?, ?, ?) \
+                     next_audit) VALUES ($1, $2, $3, $4, $5) \
                      ON CONFLICT (cluster_id) DO UPDATE SET error_kind = excluded.error_kind, \
                      error_message = excluded.error_message, error_at = excluded.error_at, \
                      next_audit = excluded.next_audit",
@@ -269,7 +271,7 @@ impl Store {
     /// The latest audit of the cluster `name` (a record with no findings and no date
     /// when it was never audited).
     pub async fn audit(&self, name: &str) -> Result<AuditRecord, StoreError> {
-        let id: i64 = sqlx::query_scalar("SELECT id FROM clusters WHERE name = ? AND ignored = 0")
+        let id: i64 = sqlx::query_scalar("SELECT id FROM clusters WHERE name = $1 AND ignored = 0")
             .bind(name)
             .fetch_optional(&self.pool)
             .await
@@ -277,7 +279,7 @@ impl Store {
             .ok_or_else(|| not_found("cluster", name))?;
         let row: Option<AuditRow> = sqlx::query_as(
             "SELECT audited_at, audit_plugin, audit_plugin_generation, kinds_read, findings, \
-             error_kind, error_message, error_at, next_audit FROM audits WHERE cluster_id = ?",
+             error_kind, error_message, error_at, next_audit FROM audits WHERE cluster_id = $1",
         )
         .bind(id)
         .fetch_optional(&self.pool)

@@ -11,12 +11,16 @@
 #![forbid(unsafe_code)]
 
 mod audits;
+mod claims;
+mod copy;
 pub mod lock;
 mod operator;
 
 pub use self::audits::{
     AppliedAudit, AuditFailure, AuditRecord, AuditResult, Finding, ObjectRef, Severity,
 };
+pub use self::claims::{Claim, Claimed, Lease};
+pub use self::copy::CopySummary;
 pub use self::operator::{ClusterFilter, ClusterPatch, DeploymentRecord, NewCluster, PageEntry};
 
 use std::collections::BTreeMap;
@@ -25,9 +29,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use serde::Serialize;
-use sqlx::sqlite::SqliteSynchronous;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
-use sqlx::{FromRow, Sqlite, SqlitePool, Transaction};
+use sqlx::any::AnyPoolOptions;
+use sqlx::{Any, AnyConnection, AnyPool, FromRow, Transaction};
 use vigil_decision::brake::{self, BrakeAssessment};
 use vigil_decision::{
     AppId, AppStatus, AppView, BrakeConfig, BrakeVerdict, Cascade, ClusterHealth, ClusterId,
@@ -35,6 +38,82 @@ use vigil_decision::{
     PolicyOverrides, ProbeInput, ProbeOutcome, ProbedBy, Timestamp, counts_as_failure, decide,
     set_probing_disabled,
 };
+
+/// A transaction of the store, on either backend.
+type Tx = Transaction<'static, Any>;
+
+/// The database behind a [`Store`]. The store speaks one SQL to both, but for the few
+/// statements where their dialects differ (JSON, row locks), which [`Backend::of`] a
+/// connection tells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// One file, one engine: the zero-set-up default.
+    Sqlite,
+    /// A server shared by any number of replicas.
+    Postgres,
+}
+
+impl Backend {
+    /// The backend a connection talks to.
+    fn of(conn: &AnyConnection) -> Self {
+        if conn.backend_name() == <sqlx::Postgres as sqlx::Database>::NAME {
+            Self::Postgres
+        } else {
+            Self::Sqlite
+        }
+    }
+
+    /// The backend a `DATABASE_URL` selects.
+    pub fn of_url(url: &str) -> Result<Self, StoreError> {
+        if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+            Ok(Self::Postgres)
+        } else if url.starts_with("sqlite:") {
+            Ok(Self::Sqlite)
+        } else {
+            Err(StoreError::UnsupportedUrl {
+                url: redact_url(url),
+                reason: "expected a URL starting with sqlite:, postgres: or postgresql:".to_owned(),
+            })
+        }
+    }
+
+    /// `sqlite` or `postgres`, for logs and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Sqlite => "sqlite",
+            Self::Postgres => "postgres",
+        }
+    }
+
+    /// A subquery giving the ids of a JSON array of integers bound as parameter `n`.
+    fn ids_of_json(self, n: u8) -> String {
+        match self {
+            Self::Sqlite => format!("SELECT value FROM json_each(${n})"),
+            Self::Postgres => {
+                format!("SELECT value::bigint FROM jsonb_array_elements_text(${n}::jsonb)")
+            }
+        }
+    }
+
+    /// The clause that locks the rows a `SELECT` reads until the transaction ends, so
+    /// that a decision is made on a state no other transaction can change meanwhile.
+    /// SQLite's `BEGIN IMMEDIATE` already holds the whole database.
+    fn lock_for_update(self) -> &'static str {
+        match self {
+            Self::Sqlite => "",
+            Self::Postgres => " FOR UPDATE",
+        }
+    }
+
+    /// The clause that keeps the rows a guard reads from changing until the transaction
+    /// ends, without keeping other guards from reading them.
+    fn lock_for_share(self) -> &'static str {
+        match self {
+            Self::Sqlite => "",
+            Self::Postgres => " FOR SHARE",
+        }
+    }
+}
 
 /// The one brake group of the fleet (the brake function takes a grouping key so
 /// that a later version can brake per zone).
@@ -108,6 +187,31 @@ pub enum StoreError {
         /// The cluster's name.
         cluster: String,
     },
+    /// The result of a probe made under a claim that is no longer its replica's: the
+    /// claim lapsed and another replica took the cluster. Nothing of it was written.
+    #[error(
+        "the claim on cluster {cluster} lapsed before its result was written: the result is discarded"
+    )]
+    StaleClaim {
+        /// The cluster's id.
+        cluster: i64,
+    },
+    /// What this backend does not do.
+    #[error("{what} need PostgreSQL; this store is on {backend}")]
+    Unsupported {
+        /// What was asked.
+        what: &'static str,
+        /// The store's backend.
+        backend: &'static str,
+    },
+    /// A copy's destination already holds data.
+    #[error(
+        "the destination database is not empty (table `{table}` has rows): vigil migrate copies into a new database only"
+    )]
+    NotEmpty {
+        /// A table that has rows.
+        table: &'static str,
+    },
     /// A cluster cannot be deleted while apps remain on it.
     #[error("cluster `{cluster}` still has apps ({}): reassign or remove them first", apps.join(", "))]
     HasApps {
@@ -135,16 +239,25 @@ impl StoreError {
     pub fn write_failure_reason(&self) -> &'static str {
         let mut source: Option<&(dyn std::error::Error + 'static)> = Some(self);
         while let Some(cause) = source {
-            if let Some(database) = cause.downcast_ref::<DatabaseError>()
-                && let Some(primary) = database.primary_code()
-            {
-                return match primary {
-                    13 => "the database's disk is full",
-                    8 => "the database is read-only",
-                    10 => "the database's disk fails (I/O error)",
-                    5 | 6 => "the database stays locked",
-                    _ => "the database refused the write",
-                };
+            if let Some(database) = cause.downcast_ref::<DatabaseError>() {
+                if let Some(primary) = database.primary_code() {
+                    return match primary {
+                        13 => "the database's disk is full",
+                        8 => "the database is read-only",
+                        10 => "the database's disk fails (I/O error)",
+                        5 | 6 => "the database stays locked",
+                        _ => "the database refused the write",
+                    };
+                }
+                if let Some(state) = database.postgres_state() {
+                    return match state.as_str() {
+                        "53100" => "the database's disk is full",
+                        "25006" => "the database is read-only",
+                        "58030" => "the database's disk fails (I/O error)",
+                        "40P01" | "55P03" => "the database stays locked",
+                        _ => "the database refused the write",
+                    };
+                }
             }
             source = cause.source();
         }
@@ -181,16 +294,33 @@ impl DatabaseError {
     /// code derived from it (`SQLITE_BUSY_SNAPSHOT` is `SQLITE_BUSY`, …).
     fn primary_code(&self) -> Option<i64> {
         match &self.0 {
-            DatabaseCause::Client(sqlx::Error::Database(database)) => database
-                .code()
-                .and_then(|code| code.parse::<i64>().ok())
-                .map(|code| code & 0xff),
+            DatabaseCause::Client(sqlx::Error::Database(database))
+                if database
+                    .try_downcast_ref::<sqlx::sqlite::SqliteError>()
+                    .is_some() =>
+            {
+                database
+                    .code()
+                    .and_then(|code| code.parse::<i64>().ok())
+                    .map(|code| code & 0xff)
+            }
             _ => None,
         }
     }
 
-    /// Whether the database was busy (`SQLITE_BUSY`, `SQLITE_LOCKED`) or the pool gave
-    /// no connection in time: the caller may retry.
+    /// PostgreSQL's SQLSTATE of a database error.
+    fn postgres_state(&self) -> Option<String> {
+        match &self.0 {
+            DatabaseCause::Client(sqlx::Error::Database(database)) => database
+                .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+                .map(|error| error.code().to_owned()),
+            _ => None,
+        }
+    }
+
+    /// Whether the database was busy (`SQLITE_BUSY`, `SQLITE_LOCKED`; on PostgreSQL a
+    /// deadlock broken, a lock not available, a serialisation failure, no connection
+    /// slot) or the pool gave no connection in time: the caller may retry.
     fn is_busy(&self) -> bool {
         const SQLITE_BUSY: i64 = 5;
         const SQLITE_LOCKED: i64 = 6;
@@ -198,6 +328,12 @@ impl DatabaseError {
             || self
                 .primary_code()
                 .is_some_and(|code| matches!(code, SQLITE_BUSY | SQLITE_LOCKED))
+            || self.postgres_state().is_some_and(|state| {
+                matches!(
+                    state.as_str(),
+                    "40001" | "40P01" | "55P03" | "53300" | "57P03"
+                )
+            })
     }
 }
 
@@ -302,7 +438,7 @@ struct ClusterRow {
     endpoint: String,
     kubeconfig_secret_ref: String,
     source: String,
-    ignored: bool,
+    ignored: i64,
     plugin: Option<String>,
     plugin_parameters: String,
     labels: String,
@@ -363,7 +499,7 @@ impl TryFrom<ClusterRow> for ClusterRecord {
             endpoint: row.endpoint,
             kubeconfig_secret_ref: row.kubeconfig_secret_ref,
             source,
-            ignored: row.ignored,
+            ignored: row.ignored != 0,
             plugin: row.plugin,
             labels,
             parameters,
@@ -572,8 +708,20 @@ pub struct AppliedProbe {
     pub brake_before: BrakeVerdict,
 }
 
-/// The schema migrations, embedded at build time.
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+/// The schema migrations of each backend, embedded at build time. Each backend has its
+/// own versions; a database with a version this vigil does not know (written by a newer
+/// one) is refused.
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
+static POSTGRES_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
+
+impl Backend {
+    fn migrator(self) -> &'static sqlx::migrate::Migrator {
+        match self {
+            Self::Sqlite => &MIGRATOR,
+            Self::Postgres => &POSTGRES_MIGRATOR,
+        }
+    }
+}
 
 /// Released migrations whose text changed afterwards in comments only, each with the
 /// checksum (SHA-384 of its text) it was released with. sqlx refuses a database whose
@@ -592,26 +740,29 @@ pub const REWORDED_MIGRATIONS: [(i64, &str); 2] = [
 
 /// Records the current checksum of each reworded migration (see [`REWORDED_MIGRATIONS`])
 /// in a database that applied it under its released text — and only then: a database
-/// whose migration differs in any other way is still refused by the migrator.
-async fn adopt_reworded_migrations(pool: &SqlitePool) -> Result<(), sqlx::Error> {
-    let recorded: bool = sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations')",
+/// whose migration differs in any other way is still refused by the migrator. (Only
+/// SQLite databases were released before a migration was reworded.)
+async fn adopt_reworded_migrations(pool: &AnyPool) -> Result<(), sqlx::Error> {
+    let recorded: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'",
     )
     .fetch_one(pool)
     .await?;
-    if !recorded {
+    if recorded == 0 {
         return Ok(());
     }
     for (version, released) in REWORDED_MIGRATIONS {
         let Some(current) = MIGRATOR.iter().find(|m| m.version == version) else {
             continue;
         };
-        sqlx::query("UPDATE _sqlx_migrations SET checksum = ? WHERE version = ? AND checksum = ?")
-            .bind(current.checksum.as_ref())
-            .bind(version)
-            .bind(hex_bytes(released))
-            .execute(pool)
-            .await?;
+        sqlx::query(
+            "UPDATE _sqlx_migrations SET checksum = $1 WHERE version = $2 AND checksum = $3",
+        )
+        .bind(current.checksum.as_ref())
+        .bind(version)
+        .bind(hex_bytes(released))
+        .execute(pool)
+        .await?;
     }
     Ok(())
 }
@@ -645,7 +796,8 @@ pub enum ExistingDatabase {
 /// Handle on the database. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Store {
-    pool: SqlitePool,
+    pool: AnyPool,
+    backend: Backend,
 }
 
 /// SQLite's `synchronous` setting for every connection of the engine: `FULL`, so that in WAL
@@ -666,11 +818,12 @@ pub enum CommitDurability {
     Normal,
 }
 
-impl From<CommitDurability> for SqliteSynchronous {
-    fn from(durability: CommitDurability) -> Self {
-        match durability {
-            CommitDurability::Full => Self::Full,
-            CommitDurability::Normal => Self::Normal,
+impl CommitDurability {
+    /// The value of SQLite's `synchronous` pragma.
+    fn pragma(self) -> &'static str {
+        match self {
+            Self::Full => "FULL",
+            Self::Normal => "NORMAL",
         }
     }
 }
@@ -765,17 +918,16 @@ fn is_secret_parameter(name: &str) -> bool {
         || name == "pass"
 }
 
-/// The SQLite file a `DATABASE_URL` names, if it names one.
+/// The SQLite file a `DATABASE_URL` names, if it names one (`None` for an in-memory
+/// SQLite database and for PostgreSQL).
 pub fn sqlite_path(url: &str) -> Result<Option<PathBuf>, StoreError> {
     let unsupported = |reason: &str| StoreError::UnsupportedUrl {
         url: redact_url(url),
         reason: reason.to_owned(),
     };
     let Some(rest) = url.strip_prefix("sqlite:") else {
-        if url.starts_with("postgres:") || url.starts_with("postgresql:") {
-            return Err(unsupported(
-                "PostgreSQL is not supported by this version; use a sqlite: URL",
-            ));
+        if Backend::of_url(url)? == Backend::Postgres {
+            return Ok(None);
         }
         return Err(unsupported("expected a URL starting with sqlite:"));
     };
@@ -787,15 +939,25 @@ pub fn sqlite_path(url: &str) -> Result<Option<PathBuf>, StoreError> {
     Ok(Some(PathBuf::from(path)))
 }
 
+/// `url` with SQLite's `mode` parameter set (`rwc` creates the file, `rw` does not),
+/// unless the URL sets one itself.
+fn with_sqlite_mode(url: &str, mode: &str) -> String {
+    if url.contains("mode=") {
+        url.to_owned()
+    } else if url.contains('?') {
+        format!("{url}&mode={mode}")
+    } else {
+        format!("{url}?mode={mode}")
+    }
+}
+
 /// Whether a connection given back to the pool may be used again: only outside a
 /// transaction. When a `COMMIT` fails on a full disk or an I/O error, SQLite has already
 /// rolled the transaction back, so the `ROLLBACK` of the dropped transaction fails too and
 /// the driver still counts the connection as inside one: every later `BEGIN` on it would
 /// fail. Such a connection is closed (the pool opens a fresh one), so that once the disk
 /// has room again the results are written again.
-async fn release_outside_transaction(
-    conn: &mut sqlx::SqliteConnection,
-) -> Result<bool, sqlx::Error> {
+async fn release_outside_transaction(conn: &mut AnyConnection) -> Result<bool, sqlx::Error> {
     use sqlx::Connection as _;
     if !conn.is_in_transaction() {
         return Ok(true);
@@ -809,83 +971,125 @@ async fn release_outside_transaction(
 }
 
 impl Store {
-    /// Opens (creating if needed) the database at `url` and applies the
-    /// migrations. SQLite runs in WAL mode with a busy timeout, so readers never
-    /// block the writer and concurrent writers wait instead of failing, and with
-    /// [`SYNCHRONOUS`], so that a commit is on disk before it is acknowledged.
+    /// Opens (creating if needed) the database at `url` and applies the migrations.
+    ///
+    /// On SQLite the file is created if missing and runs in WAL mode with a busy
+    /// timeout, so readers never block the writer and concurrent writers wait instead of
+    /// failing, and with [`SYNCHRONOUS`], so that a commit is on disk before it is
+    /// acknowledged. On PostgreSQL the database must exist; the schema is created in it.
     pub async fn open(url: &str) -> Result<Self, StoreError> {
         Self::open_with_synchronous(url, SYNCHRONOUS).await
     }
 
-    /// [`Store::open`] with another `synchronous` setting, to measure what durability
-    /// costs (BENCHMARKS.md, "Commit durability"). The engine opens with [`SYNCHRONOUS`].
+    /// [`Store::open`] with another `synchronous` setting on SQLite, to measure what
+    /// durability costs (BENCHMARKS.md, "Commit durability"). The engine opens with
+    /// [`SYNCHRONOUS`]; PostgreSQL keeps the server's own setting.
     pub async fn open_with_synchronous(
         url: &str,
         synchronous: CommitDurability,
     ) -> Result<Self, StoreError> {
-        sqlite_path(url)?;
-        let options = SqliteConnectOptions::from_str(url)
-            .map_err(|source| StoreError::Open {
-                url: redact_url(url),
-                source: source.into(),
-            })?
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(synchronous.into())
-            .busy_timeout(Duration::from_secs(10))
-            .foreign_keys(true);
-        let pool = SqlitePoolOptions::new()
-            .max_connections(8)
-            // A SQLite connection is a file handle, not a network link that can drop:
-            // pinging it before each use only cost every query a second round trip to
-            // its worker thread (BENCHMARKS.md, "REST API under load").
-            .test_before_acquire(false)
-            .acquire_timeout(Duration::from_secs(30))
-            .after_release(|conn, _| Box::pin(release_outside_transaction(conn)))
-            .connect_with(options)
-            .await
-            .map_err(|source| StoreError::Open {
-                url: redact_url(url),
-                source: source.into(),
-            })?;
-        adopt_reworded_migrations(&pool)
-            .await
-            .map_err(|source| StoreError::Migrate {
-                url: redact_url(url),
-                source: source.into(),
-            })?;
-        MIGRATOR
+        let backend = Backend::of_url(url)?;
+        let open_error = |source: sqlx::Error| StoreError::Open {
+            url: redact_url(url),
+            source: source.into(),
+        };
+        let mut options = AnyPoolOptions::new().acquire_timeout(Duration::from_secs(30));
+        let connect_url = match backend {
+            Backend::Sqlite => {
+                sqlite_path(url)?;
+                options = options
+                    .max_connections(8)
+                    // A SQLite connection is a file handle, not a network link that can
+                    // drop: pinging it before each use only cost every query a second
+                    // round trip to its worker thread (BENCHMARKS.md, "REST API under load").
+                    .test_before_acquire(false)
+                    .after_connect(move |conn, _| {
+                        Box::pin(async move {
+                            let pragmas = format!(
+                                "PRAGMA journal_mode = WAL; PRAGMA synchronous = {}; \
+                                 PRAGMA busy_timeout = 10000; PRAGMA foreign_keys = ON;",
+                                synchronous.pragma()
+                            );
+                            sqlx::raw_sql(sqlx::AssertSqlSafe(pragmas))
+                                .execute(conn)
+                                .await
+                                .map(drop)
+                        })
+                    })
+                    .after_release(|conn, _| Box::pin(release_outside_transaction(conn)));
+                with_sqlite_mode(url, "rwc")
+            }
+            Backend::Postgres => {
+                options = options.max_connections(16);
+                url.to_owned()
+            }
+        };
+        sqlx::any::install_default_drivers();
+        if backend == Backend::Postgres {
+            // One connection first: a pool retries a server that refuses until its
+            // acquire timeout, then says only that it timed out; this names the cause.
+            use sqlx::Connection as _;
+            AnyConnection::connect(&connect_url)
+                .await
+                .map_err(open_error)?
+                .close()
+                .await
+                .map_err(open_error)?;
+        }
+        let pool = options.connect(&connect_url).await.map_err(open_error)?;
+        if backend == Backend::Sqlite {
+            adopt_reworded_migrations(&pool)
+                .await
+                .map_err(|source| StoreError::Migrate {
+                    url: redact_url(url),
+                    source: source.into(),
+                })?;
+        }
+        backend
+            .migrator()
             .run(&pool)
             .await
             .map_err(|source| StoreError::Migrate {
                 url: redact_url(url),
                 source: source.into(),
             })?;
-        Ok(Self { pool })
+        Ok(Self { pool, backend })
     }
 
     /// Opens a database that must already exist, for a preview that must never write
-    /// it: the file is not created, its journal mode is left as it is and no
+    /// it: a SQLite file is not created, its journal mode is left as it is and no
     /// migration runs. Says whether its schema is this vigil's, so that a plan made
     /// on it is the plan `vigil serve` would carry out.
     pub async fn open_existing(url: &str) -> Result<ExistingDatabase, StoreError> {
-        sqlite_path(url)?;
+        let backend = Backend::of_url(url)?;
         let open_error = |source: sqlx::Error| StoreError::Open {
             url: redact_url(url),
             source: source.into(),
         };
-        let options = SqliteConnectOptions::from_str(url)
-            .map_err(open_error)?
-            .create_if_missing(false)
-            .busy_timeout(Duration::from_secs(10))
-            .foreign_keys(true);
-        let pool = SqlitePoolOptions::new()
+        let connect_url = match backend {
+            Backend::Sqlite => {
+                sqlite_path(url)?;
+                with_sqlite_mode(url, "rw")
+            }
+            Backend::Postgres => url.to_owned(),
+        };
+        sqlx::any::install_default_drivers();
+        if backend == Backend::Postgres {
+            use sqlx::Connection as _;
+            AnyConnection::connect(&connect_url)
+                .await
+                .map_err(open_error)?
+                .close()
+                .await
+                .map_err(open_error)?;
+        }
+        let pool = AnyPoolOptions::new()
             .max_connections(1)
             .acquire_timeout(Duration::from_secs(30))
-            .connect_with(options)
+            .connect(&connect_url)
             .await
             .map_err(open_error)?;
-        let store = Self { pool };
+        let store = Self { pool, backend };
         match store.schema_versions().await {
             Ok(state) => {
                 if let ExistingDatabase::Ready(_) = state {
@@ -903,15 +1107,20 @@ impl Store {
 
     /// Compares the migrations applied to this database with this vigil's.
     async fn schema_versions(&self) -> Result<ExistingDatabase, StoreError> {
-        let tables: Vec<String> =
-            sqlx::query_scalar("SELECT name FROM sqlite_master WHERE type = 'table'")
-                .fetch_all(&self.pool)
-                .await
-                .map_err(query_error("reading the schema"))?;
+        let tables_sql = match self.backend {
+            Backend::Sqlite => "SELECT name FROM sqlite_master WHERE type = 'table'",
+            Backend::Postgres => {
+                "SELECT tablename::text FROM pg_tables WHERE schemaname = current_schema()"
+            }
+        };
+        let tables: Vec<String> = sqlx::query_scalar(tables_sql)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(query_error("reading the schema"))?;
         if tables.is_empty() {
             return Ok(ExistingDatabase::Blank);
         }
-        let expected: Vec<i64> = MIGRATOR.iter().map(|m| m.version).collect();
+        let expected: Vec<i64> = self.backend.migrator().iter().map(|m| m.version).collect();
         let applied: Vec<i64> = if tables.iter().any(|t| t == "_sqlx_migrations") {
             sqlx::query_scalar(
                 "SELECT version FROM _sqlx_migrations WHERE success ORDER BY version",
@@ -935,8 +1144,13 @@ impl Store {
         Self::open(&format!("sqlite://{}", path.display())).await
     }
 
+    /// The database behind this store.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
     /// The underlying pool, for the few callers that need raw SQL (tests).
-    pub fn pool(&self) -> &SqlitePool {
+    pub fn pool(&self) -> &AnyPool {
         &self.pool
     }
 
@@ -945,12 +1159,35 @@ impl Store {
         self.pool.close().await;
     }
 
-    async fn begin_write(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
-        // A deferred BEGIN that reads and then writes cannot upgrade its lock
-        // when another connection committed in between; IMMEDIATE takes the
-        // write lock up front and lets the busy timeout do the waiting.
+    /// The database's clock, in milliseconds since the Unix epoch. Replicas sharing a
+    /// PostgreSQL server judge leases and spacing on this one clock, never on their own;
+    /// on SQLite, one process on one machine, it is that machine's clock.
+    pub async fn now(&self) -> Result<Timestamp, StoreError> {
+        let sql = match self.backend {
+            Backend::Sqlite => {
+                "SELECT CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)"
+            }
+            Backend::Postgres => "SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint",
+        };
+        let millis: i64 = sqlx::query_scalar(sql)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(query_error("reading the database's clock"))?;
+        Ok(Timestamp(millis))
+    }
+
+    async fn begin_write(&self) -> Result<Tx, StoreError> {
+        let begin = match self.backend {
+            // A deferred BEGIN that reads and then writes cannot upgrade its lock when
+            // another connection committed in between; IMMEDIATE takes the write lock
+            // up front and lets the busy timeout do the waiting.
+            Backend::Sqlite => "BEGIN IMMEDIATE",
+            // READ COMMITTED: what a transaction decides on, it locks first (the
+            // statements that read a cluster's row to decide say `FOR UPDATE`).
+            Backend::Postgres => "BEGIN",
+        };
         self.pool
-            .begin_with("BEGIN IMMEDIATE")
+            .begin_with(begin)
             .await
             .map_err(query_error("beginning a transaction"))
     }
@@ -1001,7 +1238,7 @@ impl Store {
             reason: e.to_string(),
         })?;
         let mut tx = self.begin_write().await?;
-        let exists: Option<i64> = sqlx::query_scalar("SELECT id FROM clusters WHERE name = ?")
+        let exists: Option<i64> = sqlx::query_scalar("SELECT id FROM clusters WHERE name = $1")
             .bind(name)
             .fetch_optional(&mut *tx)
             .await
@@ -1014,7 +1251,7 @@ impl Store {
         }
         let id: i64 = sqlx::query_scalar(
             "INSERT INTO clusters (name, endpoint, kubeconfig_secret_ref, source, policy, \
-             next_due, first_seen, updated_at) VALUES (?, ?, ?, 'manual', ?, ?, ?, ?) RETURNING id",
+             next_due, first_seen, updated_at) VALUES ($1, $2, $3, 'manual', $4, $5, $6, $7) RETURNING id",
         )
         .bind(name)
         .bind(endpoint)
@@ -1053,7 +1290,7 @@ impl Store {
             what: "policy",
             reason: e.to_string(),
         })?;
-        let done = sqlx::query("UPDATE clusters SET policy = ?, updated_at = ? WHERE name = ?")
+        let done = sqlx::query("UPDATE clusters SET policy = $1, updated_at = $2 WHERE name = $3")
             .bind(policy)
             .bind(now.0)
             .bind(name)
@@ -1078,7 +1315,7 @@ impl Store {
 
     /// The cluster of the given name.
     pub async fn cluster(&self, name: &str) -> Result<ClusterRecord, StoreError> {
-        let sql = format!("SELECT {CLUSTER_COLUMNS} FROM clusters WHERE name = ?");
+        let sql = format!("SELECT {CLUSTER_COLUMNS} FROM clusters WHERE name = $1");
         let row: Option<ClusterRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
             .bind(name)
             .fetch_optional(&self.pool)
@@ -1094,8 +1331,8 @@ impl Store {
         limit: usize,
     ) -> Result<Vec<ClusterRecord>, StoreError> {
         let sql = format!(
-            "SELECT {CLUSTER_COLUMNS} FROM clusters WHERE ignored = 0 AND next_due <= ? \
-             ORDER BY next_due, id LIMIT ?"
+            "SELECT {CLUSTER_COLUMNS} FROM clusters WHERE ignored = 0 AND next_due <= $1 \
+             ORDER BY next_due, id LIMIT $2"
         );
         let rows: Vec<ClusterRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
             .bind(now.0)
@@ -1116,10 +1353,10 @@ impl Store {
         limit: usize,
     ) -> Result<Vec<ClusterRecord>, StoreError> {
         let excluded = serde_json::to_string(excluded).unwrap_or_else(|_| "[]".to_owned());
+        let ids = self.backend.ids_of_json(2);
         let sql = format!(
-            "SELECT {CLUSTER_COLUMNS} FROM clusters WHERE ignored = 0 AND next_due <= ? \
-             AND id NOT IN (SELECT value FROM json_each(?)) \
-             ORDER BY next_due, id LIMIT ?"
+            "SELECT {CLUSTER_COLUMNS} FROM clusters WHERE ignored = 0 AND next_due <= $1 \
+             AND id NOT IN ({ids}) ORDER BY next_due, id LIMIT $3"
         );
         let rows: Vec<ClusterRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
             .bind(now.0)
@@ -1148,10 +1385,10 @@ impl Store {
         excluded: &[i64],
     ) -> Result<Option<Timestamp>, StoreError> {
         let excluded = serde_json::to_string(excluded).unwrap_or_else(|_| "[]".to_owned());
-        let next: Option<i64> = sqlx::query_scalar(
-            "SELECT MIN(next_due) FROM clusters WHERE ignored = 0 \
-             AND id NOT IN (SELECT value FROM json_each(?))",
-        )
+        let ids = self.backend.ids_of_json(1);
+        let next: Option<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT MIN(next_due) FROM clusters WHERE ignored = 0 AND id NOT IN ({ids})"
+        )))
         .bind(excluded)
         .fetch_one(&self.pool)
         .await
@@ -1191,6 +1428,7 @@ impl Store {
             by,
             now,
             next_due,
+            claim: None,
         };
         self.apply_probes(&[result], settings)
             .await?
@@ -1303,7 +1541,7 @@ impl Store {
             .acquire()
             .await
             .map_err(query_error("reading the brake"))?;
-        brake_state_in_tx(&mut conn).await
+        brake_state_in_tx(&mut conn, false).await
     }
 
     /// Registers an app on a cluster with the given status.
@@ -1322,7 +1560,7 @@ impl Store {
     /// The app of the given name.
     pub async fn app(&self, name: &str) -> Result<AppRecord, StoreError> {
         let row: Option<AppRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "{APP_SELECT} WHERE a.name = ?"
+            "{APP_SELECT} WHERE a.name = $1"
         )))
         .bind(name)
         .fetch_optional(&self.pool)
@@ -1380,7 +1618,7 @@ impl Store {
     ) -> Result<i64, StoreError> {
         let mut tx = self.begin_write().await?;
         let app_row: Option<(i64, String)> = sqlx::query_as(
-            "SELECT a.id, c.name FROM apps a JOIN clusters c ON c.id = a.cluster_id WHERE a.name = ?",
+            "SELECT a.id, c.name FROM apps a JOIN clusters c ON c.id = a.cluster_id WHERE a.name = $1",
         )
         .bind(app)
         .fetch_optional(&mut *tx)
@@ -1389,8 +1627,8 @@ impl Store {
         let (app_id, cluster) = app_row.ok_or_else(|| not_found("app", app))?;
         let cluster_id = guarded_cluster(&mut tx, &cluster).await?;
         sqlx::query(
-            "UPDATE apps SET status = 'DEPLOYED', degraded_by_outage = NULL, updated_at = ? \
-             WHERE id = ?",
+            "UPDATE apps SET status = 'DEPLOYED', degraded_by_outage = NULL, updated_at = $1 \
+             WHERE id = $2",
         )
         .bind(now.0)
         .bind(app_id)
@@ -1399,7 +1637,7 @@ impl Store {
         .map_err(query_error("marking an app deployed"))?;
         let id: i64 = sqlx::query_scalar(
             "INSERT INTO deployments (app_id, cluster_id, version, actor, created_at) \
-             VALUES (?, ?, ?, ?, ?) RETURNING id",
+             VALUES ($1, $2, $3, $4, $5) RETURNING id",
         )
         .bind(app_id)
         .bind(cluster_id.0)
@@ -1429,7 +1667,7 @@ impl Store {
     pub async fn outages(&self, cluster: &str) -> Result<Vec<OutageRecord>, StoreError> {
         sqlx::query_as(
             "SELECT o.id, o.cluster_id, o.opened_at, o.closed_at FROM outages o \
-             JOIN clusters c ON c.id = o.cluster_id WHERE c.name = ? ORDER BY o.id",
+             JOIN clusters c ON c.id = o.cluster_id WHERE c.name = $1 ORDER BY o.id",
         )
         .bind(cluster)
         .fetch_all(&self.pool)
@@ -1441,7 +1679,7 @@ impl Store {
     pub async fn events(&self, cluster: Option<&str>) -> Result<Vec<EventRecord>, StoreError> {
         sqlx::query_as(
             "SELECT id, at, cluster_name, outage_id, kind, detail, actor FROM events \
-             WHERE ? IS NULL OR cluster_name = ? ORDER BY id",
+             WHERE $1 IS NULL OR cluster_name = $2 ORDER BY id",
         )
         .bind(cluster)
         .bind(cluster)
@@ -1466,12 +1704,12 @@ impl Store {
             let mut tx = self.begin_write().await?;
             let done = sqlx::query(
                 "DELETE FROM events WHERE id IN (\
-                   SELECT e.id FROM events e WHERE e.at < ? \
+                   SELECT e.id FROM events e WHERE e.at < $1 \
                    AND NOT EXISTS (SELECT 1 FROM outages o \
                      WHERE o.id = e.outage_id AND o.closed_at IS NULL) \
                    AND NOT EXISTS (SELECT 1 FROM outages o \
                      WHERE o.cluster_id = e.cluster_id AND o.closed_at IS NULL AND e.at >= o.opened_at) \
-                   ORDER BY e.id LIMIT ?)",
+                   ORDER BY e.id LIMIT $2)",
             )
             .bind(before.0)
             .bind(PRUNE_BATCH)
@@ -1490,7 +1728,7 @@ impl Store {
         }
         let mut tx = self.begin_write().await?;
         let done = sqlx::query(
-            "DELETE FROM outages WHERE closed_at IS NOT NULL AND closed_at < ? \
+            "DELETE FROM outages WHERE closed_at IS NOT NULL AND closed_at < $1 \
              AND id NOT IN (SELECT degraded_by_outage FROM apps WHERE degraded_by_outage IS NOT NULL) \
              AND id NOT IN (SELECT open_outage_id FROM clusters WHERE open_outage_id IS NOT NULL) \
              AND id NOT IN (SELECT outage_id FROM events WHERE outage_id IS NOT NULL)",
@@ -1526,14 +1764,22 @@ impl Store {
     pub async fn condition_counts(
         &self,
     ) -> Result<BTreeMap<vigil_decision::ConditionType, u64>, StoreError> {
-        let rows: Vec<(Option<String>, i64)> = sqlx::query_as(
-            "SELECT json_extract(condition.value, '$.type') AS kind, \
-             COUNT(DISTINCT clusters.id) FROM clusters, json_each(clusters.conditions) AS condition \
-             WHERE clusters.ignored = 0 GROUP BY kind",
-        )
-        .fetch_all(&self.pool)
-        .await
-        .map_err(query_error("counting clusters by condition"))?;
+        let sql = match self.backend {
+            Backend::Sqlite => {
+                "SELECT json_extract(condition.value, '$.type') AS kind, \
+                 COUNT(DISTINCT clusters.id) FROM clusters, json_each(clusters.conditions) AS condition \
+                 WHERE clusters.ignored = 0 GROUP BY kind"
+            }
+            Backend::Postgres => {
+                "SELECT condition.value->>'type' AS kind, COUNT(DISTINCT clusters.id) \
+                 FROM clusters, jsonb_array_elements(clusters.conditions::jsonb) AS condition \
+                 WHERE clusters.ignored = 0 GROUP BY kind"
+            }
+        };
+        let rows: Vec<(Option<String>, i64)> = sqlx::query_as(sql)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(query_error("counting clusters by condition"))?;
         rows.into_iter()
             .map(|(kind, count)| {
                 let kind = kind.unwrap_or_default();
@@ -1577,15 +1823,15 @@ pub struct PrunedHistory {
 /// [`Store::upsert_discovered`] (which commits) and [`Store::plan_discovered`]
 /// (which rolls back).
 async fn upsert_discovered_in_tx(
-    tx: &mut Transaction<'static, Sqlite>,
+    tx: &mut Tx,
     clusters: &[DiscoveredClusterRow],
     now: Timestamp,
 ) -> Result<UpsertSummary, StoreError> {
     let mut summary = UpsertSummary::default();
     for cluster in clusters {
-        let existing: Option<(i64, String, bool, String, String)> = sqlx::query_as(
+        let existing: Option<(i64, String, i64, String, String)> = sqlx::query_as(
             "SELECT id, source, ignored, endpoint, kubeconfig_secret_ref \
-             FROM clusters WHERE name = ?",
+             FROM clusters WHERE name = $1",
         )
         .bind(&cluster.name)
         .fetch_optional(&mut **tx)
@@ -1597,7 +1843,7 @@ async fn upsert_discovered_in_tx(
                 let id: i64 = sqlx::query_scalar(
                     "INSERT INTO clusters (name, endpoint, kubeconfig_secret_ref, source, \
                      next_due, first_seen, updated_at) \
-                     VALUES (?, ?, ?, 'discovered', ?, ?, ?) RETURNING id",
+                     VALUES ($1, $2, $3, 'discovered', $4, $5, $6) RETURNING id",
                 )
                 .bind(&cluster.name)
                 .bind(&cluster.endpoint)
@@ -1623,13 +1869,13 @@ async fn upsert_discovered_in_tx(
             Some((_, source, _, _, _)) if source == ClusterSource::Manual.as_str() => {
                 summary.kept_manual.push(name);
             }
-            Some((_, _, true, _, _)) => summary.ignored.push(name),
-            Some((id, _, false, endpoint, reference))
+            Some((_, _, ignored, _, _)) if ignored != 0 => summary.ignored.push(name),
+            Some((id, _, _, endpoint, reference))
                 if endpoint != cluster.endpoint || reference != cluster.reference =>
             {
                 sqlx::query(
-                    "UPDATE clusters SET endpoint = ?, kubeconfig_secret_ref = ?, \
-                     updated_at = ? WHERE id = ?",
+                    "UPDATE clusters SET endpoint = $1, kubeconfig_secret_ref = $2, \
+                     updated_at = $3 WHERE id = $4",
                 )
                 .bind(&cluster.endpoint)
                 .bind(&cluster.reference)
@@ -1703,7 +1949,7 @@ fn event_parts(event: &HealthEvent) -> (String, serde_json::Value) {
 }
 
 async fn insert_event(
-    tx: &mut Transaction<'static, Sqlite>,
+    tx: &mut Tx,
     now: Timestamp,
     cluster: Option<(i64, &str)>,
     outage: Option<OutageId>,
@@ -1713,7 +1959,7 @@ async fn insert_event(
 ) -> Result<(), StoreError> {
     sqlx::query(
         "INSERT INTO events (at, cluster_id, cluster_name, outage_id, kind, detail, actor) \
-         VALUES (?, ?, ?, ?, ?, ?, ?)",
+         VALUES ($1, $2, $3, $4, $5, $6, $7)",
     )
     .bind(now.0)
     .bind(cluster.map(|c| c.0))
@@ -1728,11 +1974,14 @@ async fn insert_event(
     Ok(())
 }
 
+/// A cluster's row, read to decide on it: on PostgreSQL the row stays locked until the
+/// transaction ends, so the decision is made on a state nothing else changes meanwhile.
 async fn cluster_in_tx(
-    tx: &mut Transaction<'static, Sqlite>,
+    tx: &mut Tx,
     cluster: ClusterId,
 ) -> Result<Option<ClusterRecord>, StoreError> {
-    let sql = format!("SELECT {CLUSTER_COLUMNS} FROM clusters WHERE id = ?");
+    let lock = Backend::of(tx).lock_for_update();
+    let sql = format!("SELECT {CLUSTER_COLUMNS} FROM clusters WHERE id = $1{lock}");
     let row: Option<ClusterRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
         .bind(cluster.0)
         .fetch_optional(&mut **tx)
@@ -1741,11 +1990,8 @@ async fn cluster_in_tx(
     row.map(ClusterRecord::try_from).transpose()
 }
 
-async fn cluster_id_by_name(
-    tx: &mut Transaction<'static, Sqlite>,
-    name: &str,
-) -> Result<ClusterId, StoreError> {
-    let id: Option<i64> = sqlx::query_scalar("SELECT id FROM clusters WHERE name = ?")
+async fn cluster_id_by_name(tx: &mut Tx, name: &str) -> Result<ClusterId, StoreError> {
+    let id: Option<i64> = sqlx::query_scalar("SELECT id FROM clusters WHERE name = $1")
         .bind(name)
         .fetch_optional(&mut **tx)
         .await
@@ -1755,16 +2001,17 @@ async fn cluster_id_by_name(
 
 /// The id of a cluster that may receive a deployment: anything but OFFLINE
 /// (docs/rules.md#deployment-guard).
-async fn guarded_cluster(
-    tx: &mut Transaction<'static, Sqlite>,
-    name: &str,
-) -> Result<ClusterId, StoreError> {
-    let row: Option<(i64, String)> =
-        sqlx::query_as("SELECT id, status FROM clusters WHERE name = ?")
-            .bind(name)
-            .fetch_optional(&mut **tx)
-            .await
-            .map_err(query_error("reading a cluster"))?;
+async fn guarded_cluster(tx: &mut Tx, name: &str) -> Result<ClusterId, StoreError> {
+    // Shared: a status change waits for the guarded write to commit, and the guard waits
+    // for a status change in flight, then reads its result.
+    let lock = Backend::of(tx).lock_for_share();
+    let row: Option<(i64, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT id, status FROM clusters WHERE name = $1{lock}"
+    )))
+    .bind(name)
+    .fetch_optional(&mut **tx)
+    .await
+    .map_err(query_error("reading a cluster"))?;
     let (id, status) = row.ok_or_else(|| not_found("cluster", name))?;
     if status == ClusterStatus::Offline.as_str() {
         return Err(StoreError::ClusterOffline {
@@ -1786,7 +2033,7 @@ struct OutcomeColumns<'a> {
 /// statement either way (each statement is a round trip to the database's thread, and
 /// each round trip costs two thread wake-ups).
 async fn save_health(
-    tx: &mut Transaction<'static, Sqlite>,
+    tx: &mut Tx,
     cluster: ClusterId,
     health: &ClusterHealth,
     next_due: Timestamp,
@@ -1799,18 +2046,24 @@ async fn save_health(
             reason: e.to_string(),
         })?;
     let outcome_columns = if probe.is_some() {
-        ", last_outcome = ?, last_reason = ?, last_reason_class = ?, \
-         latest_conclusive = COALESCE(?, latest_conclusive), \
-         latest_conclusive_at = CASE WHEN ? IS NULL THEN latest_conclusive_at ELSE ? END, \
-         last_plugin = ?, last_plugin_generation = ?"
+        ", last_outcome = $13, last_reason = $14, last_reason_class = $15, \
+         latest_conclusive = COALESCE($16, latest_conclusive), \
+         latest_conclusive_at = CASE WHEN $17 IS NULL THEN latest_conclusive_at ELSE $18 END, \
+         last_plugin = $19, last_plugin_generation = $20"
     } else {
         ""
     };
+    // Writing the cluster's state ends any claim on it (PostgreSQL).
+    let release = match Backend::of(tx) {
+        Backend::Sqlite => "",
+        Backend::Postgres => ", claimed_by = NULL, claim_expires = NULL",
+    };
+    // The cluster's id is `$12` whether the outcome's columns follow or not.
     let mut query = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "UPDATE clusters SET status = ?, conditions = ?, consecutive_failures = ?, \
-         consecutive_successes = ?, consecutive_inconclusive = ?, last_counted_failure = ?, \
-         last_probe = ?, last_success = ?, open_outage_id = ?, next_due = ?, updated_at = ?\
-         {outcome_columns} WHERE id = ?"
+        "UPDATE clusters SET status = $1, conditions = $2, consecutive_failures = $3, \
+         consecutive_successes = $4, consecutive_inconclusive = $5, last_counted_failure = $6, \
+         last_probe = $7, last_success = $8, open_outage_id = $9, next_due = $10, updated_at = $11\
+         {release}{outcome_columns} WHERE id = $12"
     )))
     .bind(health.status.as_str())
     .bind(conditions)
@@ -1822,7 +2075,8 @@ async fn save_health(
     .bind(health.last_success.map(|t| t.0))
     .bind(health.open_outage.map(|o| o.0))
     .bind(next_due.0)
-    .bind(now.0);
+    .bind(now.0)
+    .bind(cluster.0);
     if let Some(OutcomeColumns {
         outcome,
         conclusive,
@@ -1840,7 +2094,6 @@ async fn save_health(
             .bind(by.map(|by| i64::try_from(by.generation).unwrap_or(i64::MAX)));
     }
     query
-        .bind(cluster.0)
         .execute(&mut **tx)
         .await
         .map_err(query_error(if outcome_columns.is_empty() {
@@ -1851,21 +2104,30 @@ async fn save_health(
     Ok(())
 }
 
-async fn brake_state_in_tx(conn: &mut sqlx::SqliteConnection) -> Result<BrakeState, StoreError> {
-    let row: Option<(bool, Option<i64>, Option<i64>, i64)> = sqlx::query_as(
-        "SELECT holding, since, released_at, suppressed FROM brake_state WHERE group_key = ?",
-    )
-    .bind(FLEET_GROUP)
-    .fetch_optional(&mut *conn)
-    .await
-    .map_err(query_error("reading the brake"))?;
+/// The brake's state; with `lock`, its row stays locked until the transaction ends (on
+/// PostgreSQL: two replicas counting failures at once then count one after the other).
+async fn brake_state_in_tx(conn: &mut AnyConnection, lock: bool) -> Result<BrakeState, StoreError> {
+    let lock = if lock {
+        Backend::of(conn).lock_for_update()
+    } else {
+        ""
+    };
+    let row: Option<(i64, Option<i64>, Option<i64>, i64)> =
+        sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT holding, since, released_at, suppressed FROM brake_state \
+             WHERE group_key = $1{lock}"
+        )))
+        .bind(FLEET_GROUP)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(query_error("reading the brake"))?;
     Ok(match row {
         None => BrakeState {
             verdict: BrakeVerdict::NEVER_ENGAGED,
             suppressed: 0,
         },
         Some((holding, since, released_at, suppressed)) => BrakeState {
-            verdict: if holding {
+            verdict: if holding != 0 {
                 BrakeVerdict::Holding {
                     since: Timestamp(since.unwrap_or_default()),
                 }
@@ -1879,22 +2141,19 @@ async fn brake_state_in_tx(conn: &mut sqlx::SqliteConnection) -> Result<BrakeSta
     })
 }
 
-async fn save_brake(
-    tx: &mut Transaction<'static, Sqlite>,
-    verdict: BrakeVerdict,
-) -> Result<(), StoreError> {
+async fn save_brake(tx: &mut Tx, verdict: BrakeVerdict) -> Result<(), StoreError> {
     let (holding, since, released) = match verdict {
         BrakeVerdict::Holding { since } => (true, Some(since.0), None),
         BrakeVerdict::Released { since } => (false, None, since.map(|t| t.0)),
     };
     sqlx::query(
-        "INSERT INTO brake_state (group_key, holding, since, released_at) VALUES (?, ?, ?, ?) \
+        "INSERT INTO brake_state (group_key, holding, since, released_at) VALUES ($1, $2, $3, $4) \
          ON CONFLICT (group_key) DO UPDATE SET holding = excluded.holding, \
          since = COALESCE(excluded.since, brake_state.since), \
          released_at = COALESCE(excluded.released_at, brake_state.released_at)",
     )
     .bind(FLEET_GROUP)
-    .bind(holding)
+    .bind(i64::from(holding))
     .bind(since)
     .bind(released)
     .execute(&mut **tx)
@@ -1904,14 +2163,21 @@ async fn save_brake(
 }
 
 /// The largest interval override of the fleet, in milliseconds (0 if none).
-async fn largest_interval_millis(tx: &mut Transaction<'static, Sqlite>) -> Result<i64, StoreError> {
-    let largest: Option<i64> = sqlx::query_scalar(
-        "SELECT MAX(CAST(json_extract(policy, '$.interval_seconds') AS INTEGER)) \
-         FROM clusters WHERE ignored = 0",
-    )
-    .fetch_one(&mut **tx)
-    .await
-    .map_err(query_error("reading the fleet's intervals"))?;
+async fn largest_interval_millis(tx: &mut Tx) -> Result<i64, StoreError> {
+    let sql = match Backend::of(tx) {
+        Backend::Sqlite => {
+            "SELECT MAX(CAST(json_extract(policy, '$.interval_seconds') AS INTEGER)) \
+             FROM clusters WHERE ignored = 0"
+        }
+        Backend::Postgres => {
+            "SELECT MAX((policy::jsonb->>'interval_seconds')::bigint) \
+             FROM clusters WHERE ignored = 0"
+        }
+    };
+    let largest: Option<i64> = sqlx::query_scalar(sql)
+        .fetch_one(&mut **tx)
+        .await
+        .map_err(query_error("reading the fleet's intervals"))?;
     Ok(largest.unwrap_or(0).saturating_mul(1000))
 }
 
@@ -1928,11 +2194,15 @@ pub struct ProbeResult<'a> {
     pub now: Timestamp,
     /// When the cluster is next due.
     pub next_due: Timestamp,
+    /// The claim the probe was made under, when replicas share the fleet: the result is
+    /// written only while the claim is still the replica's, and its times are then taken
+    /// from the database's clock.
+    pub claim: Option<&'a Claim>,
 }
 
 /// The body of [`Store::apply_probe_by`], inside a transaction the caller commits.
 async fn apply_probe_in_tx(
-    tx: &mut Transaction<'static, Sqlite>,
+    tx: &mut Tx,
     result: &ProbeResult<'_>,
     settings: &ApplySettings,
 ) -> Result<Option<AppliedProbe>, StoreError> {
@@ -1940,9 +2210,33 @@ async fn apply_probe_in_tx(
         cluster,
         outcome,
         by,
-        now,
-        next_due,
+        mut now,
+        mut next_due,
+        claim,
     } = result;
+    if let Some(claim) = claim {
+        // Fencing: the result stands only under the claim it was probed under; a claim
+        // that lapsed and was taken again has another epoch or another replica. The row
+        // stays locked until the result is written.
+        let held: Option<(Option<String>, i64, i64)> =
+            sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT claimed_by, claim_epoch, {} FROM clusters WHERE id = $1 FOR UPDATE",
+                claims::DB_NOW
+            )))
+            .bind(cluster.0)
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(query_error("checking a claim"))?;
+        let Some((holder, epoch, database_now)) = held else {
+            return Ok(None);
+        };
+        if holder.as_deref() != Some(claim.replica.as_str()) || epoch != claim.epoch {
+            return Err(StoreError::StaleClaim { cluster: cluster.0 });
+        }
+        // Replicas' clocks differ; the database's is the one they share.
+        next_due = Timestamp(database_now.saturating_add(next_due.millis_since(now).max(0)));
+        now = Timestamp(database_now);
+    }
     let Some(record) = cluster_in_tx(tx, cluster).await? else {
         return Ok(None);
     };
@@ -1952,7 +2246,8 @@ async fn apply_probe_in_tx(
     let policy = settings.defaults.with_overrides(&record.policy);
     let failed = counts_as_failure(outcome, &policy);
 
-    let brake_before = brake_state_in_tx(tx).await?.verdict;
+    // A result that may count a failure locks the brake's row before reading it.
+    let brake_before = brake_state_in_tx(tx, failed).await?.verdict;
     let assessment = if brake::needs_assessment(
         brake_before,
         failed,
@@ -1988,7 +2283,7 @@ async fn apply_probe_in_tx(
     let mut decision = decide_with(&[]);
     if !matches!(decision.cascade, Cascade::None) {
         let apps: Vec<AppRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "{APP_SELECT} WHERE a.cluster_id = ? ORDER BY a.id"
+            "{APP_SELECT} WHERE a.cluster_id = $1 ORDER BY a.id"
         )))
         .bind(cluster.0)
         .fetch_all(&mut **tx)
@@ -2028,18 +2323,18 @@ async fn apply_probe_in_tx(
         Cascade::None => {}
         Cascade::Degrade { apps } => {
             let outage: i64 = sqlx::query_scalar(
-                "INSERT INTO outages (cluster_id, opened_at) VALUES (?, ?) RETURNING id",
+                "INSERT INTO outages (cluster_id, opened_at) VALUES ($1, $2) RETURNING id",
             )
             .bind(cluster.0)
             .bind(now.0)
             .fetch_one(&mut **tx)
             .await
             .map_err(query_error("opening an outage"))?;
-            sqlx::query(
-                "UPDATE apps SET status = 'DEGRADED', degraded_by_outage = ?, updated_at = ? \
-                 WHERE cluster_id = ? AND status = 'DEPLOYED' \
-                 AND id IN (SELECT value FROM json_each(?))",
-            )
+            let ids = Backend::of(tx).ids_of_json(4);
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "UPDATE apps SET status = 'DEGRADED', degraded_by_outage = $1, updated_at = $2 \
+                 WHERE cluster_id = $3 AND status = 'DEPLOYED' AND id IN ({ids})"
+            )))
             .bind(outage)
             .bind(now.0)
             .bind(cluster.0)
@@ -2051,17 +2346,18 @@ async fn apply_probe_in_tx(
             opened_outage = Some(OutageId(outage));
         }
         Cascade::Restore { outage, apps } => {
-            sqlx::query("UPDATE outages SET closed_at = ? WHERE id = ?")
+            sqlx::query("UPDATE outages SET closed_at = $1 WHERE id = $2")
                 .bind(now.0)
                 .bind(outage.0)
                 .execute(&mut **tx)
                 .await
                 .map_err(query_error("closing an outage"))?;
-            sqlx::query(
-                "UPDATE apps SET status = 'DEPLOYED', degraded_by_outage = NULL, updated_at = ? \
-                 WHERE cluster_id = ? AND status = 'DEGRADED' AND degraded_by_outage = ? \
-                 AND id IN (SELECT value FROM json_each(?))",
-            )
+            let ids = Backend::of(tx).ids_of_json(4);
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "UPDATE apps SET status = 'DEPLOYED', degraded_by_outage = NULL, updated_at = $1 \
+                 WHERE cluster_id = $2 AND status = 'DEGRADED' AND degraded_by_outage = $3 \
+                 AND id IN ({ids})"
+            )))
             .bind(now.0)
             .bind(cluster.0)
             .bind(outage.0)
@@ -2099,7 +2395,7 @@ async fn apply_probe_in_tx(
         )
     });
     if suppressed_by_brake {
-        sqlx::query("UPDATE brake_state SET suppressed = suppressed + 1 WHERE group_key = ?")
+        sqlx::query("UPDATE brake_state SET suppressed = suppressed + 1 WHERE group_key = $1")
             .bind(FLEET_GROUP)
             .execute(&mut **tx)
             .await
@@ -2134,7 +2430,7 @@ async fn apply_probe_in_tx(
 
 /// Re-evaluates the fleet's brake with this probe's outcome included.
 async fn evaluate_brake(
-    tx: &mut Transaction<'static, Sqlite>,
+    tx: &mut Tx,
     cluster: ClusterId,
     failed: bool,
     now: Timestamp,
@@ -2147,24 +2443,25 @@ async fn evaluate_brake(
     // the fleet (while most clusters still answer, among the first rows read). `None`:
     // assessed, unchanged, and the counts not taken.
     if !before.holds() && config.ratio >= 1.0 {
-        let answered: bool = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM clusters WHERE ignored = 0 AND id <> ? \
-             AND latest_conclusive_at >= ? AND latest_conclusive = 'healthy')",
+        let answered: i64 = sqlx::query_scalar(
+            "SELECT CASE WHEN EXISTS (SELECT 1 FROM clusters WHERE ignored = 0 AND id <> $1 \
+             AND latest_conclusive_at >= $2 AND latest_conclusive = 'healthy') THEN 1 ELSE 0 END",
         )
         .bind(cluster.0)
         .bind(window_start.0)
         .fetch_one(&mut **tx)
         .await
         .map_err(query_error("looking for a cluster that answered"))?;
-        if answered || !failed {
+        if answered != 0 || !failed {
             return Ok(None);
         }
     }
     // Counted by the database: one row comes back however large the fleet, rather than
     // every cluster's outcome for each failure while the brake is being decided.
     let (others, others_failed): (i64, i64) = sqlx::query_as(
-        "SELECT COUNT(*), COALESCE(SUM(latest_conclusive = 'failed'), 0) FROM clusters \
-         WHERE ignored = 0 AND id <> ? AND latest_conclusive_at >= ? \
+        "SELECT COUNT(*), COALESCE(SUM(CASE WHEN latest_conclusive = 'failed' THEN 1 ELSE 0 END), 0) \
+         FROM clusters \
+         WHERE ignored = 0 AND id <> $1 AND latest_conclusive_at >= $2 \
          AND latest_conclusive IS NOT NULL",
     )
     .bind(cluster.0)

@@ -10,9 +10,9 @@ use vigil_decision::{
 };
 
 use super::{
-    APP_SELECT, AppRecord, AppRow, CLUSTER_COLUMNS, ClusterRecord, ClusterRow, ClusterSource,
-    EventRecord, Store, StoreError, cluster_id_by_name, guarded_cluster, insert_event, not_found,
-    query_error,
+    APP_SELECT, AppRecord, AppRow, Backend, CLUSTER_COLUMNS, ClusterRecord, ClusterRow,
+    ClusterSource, EventRecord, Store, StoreError, cluster_id_by_name, guarded_cluster,
+    insert_event, not_found, query_error,
 };
 
 /// A cluster of a page ([`Store::list_clusters`]).
@@ -132,24 +132,24 @@ impl Store {
         let labels = to_json("labels", &cluster.labels)?;
         let parameters = to_json("plugin parameters", &cluster.parameters)?;
         let mut tx = self.begin_write().await?;
-        let existing: Option<(i64, bool)> =
-            sqlx::query_as("SELECT id, ignored FROM clusters WHERE name = ?")
+        let existing: Option<(i64, i64)> =
+            sqlx::query_as("SELECT id, ignored FROM clusters WHERE name = $1")
                 .bind(&cluster.name)
                 .fetch_optional(&mut *tx)
                 .await
                 .map_err(query_error("checking a cluster name"))?;
         let id: i64 = match existing {
-            Some((_, false)) => {
+            Some((_, 0)) => {
                 return Err(StoreError::AlreadyExists {
                     kind: "cluster",
                     name: cluster.name.clone(),
                 });
             }
-            Some((id, true)) => {
+            Some((id, _)) => {
                 sqlx::query(
-                    "UPDATE clusters SET endpoint = ?, kubeconfig_secret_ref = ?, source = 'manual', \
-                     ignored = 0, plugin = ?, plugin_parameters = ?, labels = ?, policy = ?, \
-                     next_due = ?, updated_at = ? WHERE id = ?",
+                    "UPDATE clusters SET endpoint = $1, kubeconfig_secret_ref = $2, source = 'manual', \
+                     ignored = 0, plugin = $3, plugin_parameters = $4, labels = $5, policy = $6, \
+                     next_due = $7, updated_at = $8 WHERE id = $9",
                 )
                 .bind(&cluster.endpoint)
                 .bind(&cluster.reference)
@@ -168,7 +168,7 @@ impl Store {
             None => sqlx::query_scalar(
                 "INSERT INTO clusters (name, endpoint, kubeconfig_secret_ref, source, plugin, \
                  plugin_parameters, labels, policy, next_due, first_seen, updated_at) \
-                 VALUES (?, ?, ?, 'manual', ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                 VALUES ($1, $2, $3, 'manual', $4, $5, $6, $7, $8, $9, $10) RETURNING id",
             )
             .bind(&cluster.name)
             .bind(&cluster.endpoint)
@@ -232,9 +232,9 @@ impl Store {
             .transpose()?;
         // One statement: an absent field keeps its stored value.
         sqlx::query(
-            "UPDATE clusters SET policy = COALESCE(?1, policy), labels = COALESCE(?2, labels), \
-             plugin_parameters = COALESCE(?3, plugin_parameters), \
-             plugin = CASE WHEN ?4 THEN ?5 ELSE plugin END, updated_at = ?6 WHERE id = ?7",
+            "UPDATE clusters SET policy = COALESCE($1, policy), labels = COALESCE($2, labels), \
+             plugin_parameters = COALESCE($3, plugin_parameters), \
+             plugin = CASE WHEN $4 THEN $5 ELSE plugin END, updated_at = $6 WHERE id = $7",
         )
         .bind(&policy)
         .bind(&labels)
@@ -265,7 +265,7 @@ impl Store {
             actor,
         )
         .await?;
-        let sql = format!("SELECT {CLUSTER_COLUMNS} FROM clusters WHERE id = ?");
+        let sql = format!("SELECT {CLUSTER_COLUMNS} FROM clusters WHERE id = $1");
         let row: ClusterRow = sqlx::query_as(sqlx::AssertSqlSafe(sql))
             .bind(id)
             .fetch_one(&mut *tx)
@@ -288,14 +288,14 @@ impl Store {
     ) -> Result<(), StoreError> {
         let mut tx = self.begin_write().await?;
         let row: Option<(i64, String)> =
-            sqlx::query_as("SELECT id, source FROM clusters WHERE name = ? AND ignored = 0")
+            sqlx::query_as("SELECT id, source FROM clusters WHERE name = $1 AND ignored = 0")
                 .bind(name)
                 .fetch_optional(&mut *tx)
                 .await
                 .map_err(query_error("reading a cluster"))?;
         let (id, source) = row.ok_or_else(|| not_found("cluster", name))?;
         let apps: Vec<String> =
-            sqlx::query_scalar("SELECT name FROM apps WHERE cluster_id = ? ORDER BY name")
+            sqlx::query_scalar("SELECT name FROM apps WHERE cluster_id = $1 ORDER BY name")
                 .bind(id)
                 .fetch_all(&mut *tx)
                 .await
@@ -307,7 +307,7 @@ impl Store {
             });
         }
         if source == ClusterSource::Discovered.as_str() {
-            sqlx::query("UPDATE clusters SET ignored = 1, updated_at = ? WHERE id = ?")
+            sqlx::query("UPDATE clusters SET ignored = 1, updated_at = $1 WHERE id = $2")
                 .bind(now.0)
                 .bind(id)
                 .execute(&mut *tx)
@@ -315,10 +315,10 @@ impl Store {
                 .map_err(query_error("ignoring a cluster"))?;
         } else {
             for sql in [
-                "DELETE FROM deployments WHERE cluster_id = ?",
-                "DELETE FROM audits WHERE cluster_id = ?",
-                "DELETE FROM outages WHERE cluster_id = ?",
-                "DELETE FROM clusters WHERE id = ?",
+                "DELETE FROM deployments WHERE cluster_id = $1",
+                "DELETE FROM audits WHERE cluster_id = $1",
+                "DELETE FROM outages WHERE cluster_id = $1",
+                "DELETE FROM clusters WHERE id = $1",
             ] {
                 sqlx::query(sql)
                     .bind(id)
@@ -358,29 +358,46 @@ impl Store {
         // `name > ?7` only when paging: written as `(?7 IS NULL OR name > ?7)` it keeps
         // SQLite from seeking the name index, and a page deep in the fleet would read
         // every cluster before it (5,000 rows for the middle of 10,000).
-        let after_clause = if after.is_some() { "AND name > ?7" } else { "" };
+        let after_clause = if after.is_some() { "AND name > $7" } else { "" };
         // The page's keys come back as one JSON array, in one row: handing 500 rows over
         // from the database thread one by one cost more than reading them.
+        let (keys_json, has_condition, has_label) = match self.backend {
+            Backend::Sqlite => (
+                "json_group_array(json_array(id, name, revision) ORDER BY name)",
+                "EXISTS (SELECT 1 FROM json_each(conditions) \
+                 WHERE json_extract(value, '$.type') = $2)",
+                "EXISTS (SELECT 1 FROM json_each(labels) WHERE key = $4 AND value = $5)",
+            ),
+            Backend::Postgres => (
+                "COALESCE(json_agg(json_build_array(id, name, revision) ORDER BY name), '[]')::text",
+                "EXISTS (SELECT 1 FROM jsonb_array_elements(conditions::jsonb) AS c (value) \
+                 WHERE c.value->>'type' = $2)",
+                "EXISTS (SELECT 1 FROM jsonb_each_text(labels::jsonb) AS l \
+                 WHERE l.key = $4 AND l.value = $5)",
+            ),
+        };
         let sql = format!(
-            "SELECT json_group_array(json_array(id, name, revision) ORDER BY name) FROM \
+            "SELECT {keys_json} FROM \
              (SELECT id, name, revision FROM clusters WHERE ignored = 0 \
-             AND (?1 IS NULL OR status = ?1) \
-             AND (?2 IS NULL OR EXISTS (SELECT 1 FROM json_each(conditions) \
-                  WHERE json_extract(value, '$.type') = ?2)) \
-             AND (?3 IS NULL OR source = ?3) \
-             AND (?4 IS NULL OR EXISTS (SELECT 1 FROM json_each(labels) \
-                  WHERE key = ?4 AND value = ?5)) \
-             AND (?6 IS NULL OR plugin = ?6) \
-             {after_clause} ORDER BY name LIMIT ?8)"
+             AND ($1 IS NULL OR status = $1) \
+             AND ($2 IS NULL OR {has_condition}) \
+             AND ($3 IS NULL OR source = $3) \
+             AND ($4 IS NULL OR {has_label}) \
+             AND ($6 IS NULL OR plugin = $6) \
+             {after_clause} ORDER BY name LIMIT $8) AS page"
         );
         let (label_key, label_value) = filter
             .label
             .as_ref()
             .map_or((None, None), |(k, v)| (Some(k.as_str()), Some(v.as_str())));
         // A read transaction: the page and the records read for it are one snapshot.
+        let begin = match self.backend {
+            Backend::Sqlite => "BEGIN",
+            Backend::Postgres => "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
+        };
         let mut tx = self
             .pool
-            .begin()
+            .begin_with(begin)
             .await
             .map_err(query_error("starting to read a page of clusters"))?;
         let keys: String = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
@@ -421,9 +438,9 @@ impl Store {
                     .collect::<Vec<_>>()
                     .join(",")
             );
+            let ids_of_json = self.backend.ids_of_json(1);
             let sql = format!(
-                "SELECT {CLUSTER_COLUMNS}, revision FROM clusters \
-                 WHERE id IN (SELECT value FROM json_each(?))"
+                "SELECT {CLUSTER_COLUMNS}, revision FROM clusters WHERE id IN ({ids_of_json})"
             );
             let rows: Vec<RevisedRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
                 .bind(ids)
@@ -458,7 +475,7 @@ impl Store {
         limit: u32,
     ) -> Result<Vec<EventRecord>, StoreError> {
         let exists: Option<i64> =
-            sqlx::query_scalar("SELECT id FROM clusters WHERE name = ? AND ignored = 0")
+            sqlx::query_scalar("SELECT id FROM clusters WHERE name = $1 AND ignored = 0")
                 .bind(name)
                 .fetch_optional(&self.pool)
                 .await
@@ -466,7 +483,7 @@ impl Store {
         exists.ok_or_else(|| not_found("cluster", name))?;
         sqlx::query_as(
             "SELECT id, at, cluster_name, outage_id, kind, detail, actor FROM events \
-             WHERE cluster_name = ? AND (? IS NULL OR id < ?) ORDER BY id DESC LIMIT ?",
+             WHERE cluster_name = $1 AND ($2 IS NULL OR id < $3) ORDER BY id DESC LIMIT $4",
         )
         .bind(name)
         .bind(before)
@@ -485,7 +502,7 @@ impl Store {
     ) -> Result<Vec<EventRecord>, StoreError> {
         sqlx::query_as(
             "SELECT id, at, cluster_name, outage_id, kind, detail, actor FROM events \
-             WHERE id > ? ORDER BY id LIMIT ?",
+             WHERE id > $1 ORDER BY id LIMIT $2",
         )
         .bind(after)
         .bind(i64::from(limit))
@@ -500,7 +517,7 @@ impl Store {
     pub async fn awaiting_first_probe(&self, since: Timestamp) -> Result<i64, StoreError> {
         sqlx::query_scalar(
             "SELECT COUNT(*) FROM clusters WHERE ignored = 0 AND status = 'UNKNOWN' \
-             AND first_seen <= ?1 AND (last_probe IS NULL OR last_probe < ?1)",
+             AND first_seen <= $1 AND (last_probe IS NULL OR last_probe < $1)",
         )
         .bind(since.0)
         .fetch_one(&self.pool)
@@ -546,7 +563,7 @@ impl Store {
     ) -> Result<AppRecord, StoreError> {
         let mut tx = self.begin_write().await?;
         let cluster_id = cluster_id_by_name(&mut tx, cluster).await?.0;
-        let exists: Option<i64> = sqlx::query_scalar("SELECT id FROM apps WHERE name = ?")
+        let exists: Option<i64> = sqlx::query_scalar("SELECT id FROM apps WHERE name = $1")
             .bind(name)
             .fetch_optional(&mut *tx)
             .await
@@ -559,7 +576,7 @@ impl Store {
         }
         sqlx::query(
             "INSERT INTO apps (name, cluster_id, status, created_at, updated_at) \
-             VALUES (?, ?, ?, ?, ?)",
+             VALUES ($1, $2, $3, $4, $5)",
         )
         .bind(name)
         .bind(cluster_id)
@@ -598,7 +615,7 @@ impl Store {
         let mut tx = self.begin_write().await?;
         let before = app_in(&mut tx, name).await?;
         sqlx::query(
-            "UPDATE apps SET status = ?, degraded_by_outage = NULL, updated_at = ? WHERE id = ?",
+            "UPDATE apps SET status = $1, degraded_by_outage = NULL, updated_at = $2 WHERE id = $3",
         )
         .bind(status.as_str())
         .bind(now.0)
@@ -641,13 +658,13 @@ impl Store {
     ) -> Result<(), StoreError> {
         let mut tx = self.begin_write().await?;
         let app = app_in(&mut tx, name).await?;
-        let deployments = sqlx::query("DELETE FROM deployments WHERE app_id = ?")
+        let deployments = sqlx::query("DELETE FROM deployments WHERE app_id = $1")
             .bind(app.id.0)
             .execute(&mut *tx)
             .await
             .map_err(query_error("deleting an app's deployments"))?
             .rows_affected();
-        sqlx::query("DELETE FROM apps WHERE id = ?")
+        sqlx::query("DELETE FROM apps WHERE id = $1")
             .bind(app.id.0)
             .execute(&mut *tx)
             .await
@@ -685,7 +702,7 @@ impl Store {
         let before = app_in(&mut tx, name).await?;
         let target = guarded_cluster(&mut tx, cluster).await?;
         sqlx::query(
-            "UPDATE apps SET cluster_id = ?, degraded_by_outage = NULL, updated_at = ? WHERE id = ?",
+            "UPDATE apps SET cluster_id = $1, degraded_by_outage = NULL, updated_at = $2 WHERE id = $3",
         )
         .bind(target.0)
         .bind(now.0)
@@ -726,7 +743,7 @@ impl Store {
     /// One recorded deployment.
     pub async fn deployment(&self, id: i64) -> Result<DeploymentRecord, StoreError> {
         let row: Option<DeploymentRecord> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "{DEPLOYMENT_SELECT} WHERE d.id = ?"
+            "{DEPLOYMENT_SELECT} WHERE d.id = $1"
         )))
         .bind(id)
         .fetch_optional(&self.pool)
@@ -744,15 +761,15 @@ impl Store {
         before: Option<i64>,
         limit: u32,
     ) -> Result<Vec<DeploymentRecord>, StoreError> {
-        let exists: Option<i64> = sqlx::query_scalar("SELECT id FROM apps WHERE name = ?")
+        let exists: Option<i64> = sqlx::query_scalar("SELECT id FROM apps WHERE name = $1")
             .bind(app)
             .fetch_optional(&self.pool)
             .await
             .map_err(query_error("reading an app"))?;
         let app_id = exists.ok_or_else(|| not_found("app", app))?;
         sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "{DEPLOYMENT_SELECT} WHERE d.app_id = ? AND (? IS NULL OR d.id < ?) \
-             ORDER BY d.id DESC LIMIT ?"
+            "{DEPLOYMENT_SELECT} WHERE d.app_id = $1 AND ($2 IS NULL OR d.id < $3) \
+             ORDER BY d.id DESC LIMIT $4"
         )))
         .bind(app_id)
         .bind(before)
@@ -766,7 +783,7 @@ impl Store {
     /// The apps on a cluster, by name.
     pub async fn apps_on(&self, cluster: &str) -> Result<Vec<AppRecord>, StoreError> {
         let rows: Vec<AppRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "{APP_SELECT} WHERE c.name = ? ORDER BY a.name"
+            "{APP_SELECT} WHERE c.name = $1 ORDER BY a.name"
         )))
         .bind(cluster)
         .fetch_all(&self.pool)
@@ -776,12 +793,9 @@ impl Store {
     }
 }
 
-async fn app_in(
-    tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
-    name: &str,
-) -> Result<AppRecord, StoreError> {
+async fn app_in(tx: &mut super::Tx, name: &str) -> Result<AppRecord, StoreError> {
     let row: Option<AppRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "{APP_SELECT} WHERE a.name = ?"
+        "{APP_SELECT} WHERE a.name = $1"
     )))
     .bind(name)
     .fetch_optional(&mut **tx)

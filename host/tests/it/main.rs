@@ -15,6 +15,7 @@ mod cli_plugin_check;
 mod demo;
 mod http_plugin;
 mod least_privilege;
+mod migrate;
 mod plugins_doc;
 mod plugins_e2e;
 mod plugins_live;

@@ -271,7 +271,8 @@ async fn the_retention_loop_prunes_at_start_up_and_stops_on_shutdown() {
     )
     .await;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(retention_loop(store.clone(), 30, async {
+    let owner = vigil_engine::sharing::Owner::alone();
+    let task = tokio::spawn(retention_loop(store.clone(), 30, owner, async {
         let _ = stopped.await;
     }));
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -202,6 +202,12 @@ fn a_second_serve_reaching_the_database_through_a_link_is_refused() {
 }
 
 fn check_refused(env: &[(&str, &str)], names: &[&str], absent: &[&str]) {
+    check_fails_with(2, env, names, absent);
+}
+
+/// `vigil serve` with `env` exits with `code`, its message naming each of `names` and none
+/// of `absent`, and writes nothing.
+fn check_fails_with(code: i32, env: &[(&str, &str)], names: &[&str], absent: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     let mut command = vigil(dir.path());
     command.arg("serve");
@@ -210,7 +216,7 @@ fn check_refused(env: &[(&str, &str)], names: &[&str], absent: &[&str]) {
     }
     let output = command.output().unwrap();
     let message = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{env:?}: {message}");
+    assert_eq!(output.status.code(), Some(code), "{env:?}: {message}");
     for name in names {
         assert!(message.contains(name), "{env:?}: {name} not in {message}");
     }
@@ -274,30 +280,32 @@ fn an_invalid_setting_stops_start_up_naming_the_variable_and_the_value() {
         &["CLUSTER_HEALTH_START_PERIOD", "later"],
         &[],
     );
-    check_refused(
-        &[(
-            "DATABASE_URL",
+    // A PostgreSQL server that cannot be reached stops start-up with a runtime error
+    // (exit 1) that names the server, never the password, and the cause.
+    for (url, shown, secret) in [
+        (
             "postgres://vigil:hunter2@127.0.0.1:5432/vigil",
-        )],
-        &["DATABASE_URL", "postgres://vigil:***@127.0.0.1:5432/vigil"],
-        &["hunter2"],
-    );
-    check_refused(
-        &[(
-            "DATABASE_URL",
+            "postgres://vigil:***@127.0.0.1:5432/vigil",
+            "hunter2",
+        ),
+        (
             "postgres://127.0.0.1:5432/vigil?user=vigil&password=hunter%2F2",
-        )],
-        &[
-            "DATABASE_URL",
             "postgres://127.0.0.1:5432/vigil?user=vigil&password=***",
-        ],
-        &["hunter"],
-    );
-    check_refused(
-        &[("DATABASE_URL", "postgres://vigil:hunter/2@127.0.0.1/vigil")],
-        &["DATABASE_URL", "postgres://***"],
-        &["hunter"],
-    );
+            "hunter",
+        ),
+        (
+            "postgres://vigil:hunter/2@127.0.0.1/vigil",
+            "postgres://***",
+            "hunter",
+        ),
+    ] {
+        check_fails_with(
+            1,
+            &[("DATABASE_URL", url)],
+            &["cannot open database", shown],
+            &[secret],
+        );
+    }
     check_refused(
         &[("DATABASE_URL", "mysql://127.0.0.1/vigil")],
         &["DATABASE_URL", "mysql://127.0.0.1/vigil"],

@@ -6,6 +6,8 @@
 //!   so a test always runs the guests of the checkout it was built from and never reads
 //!   `plugins.d/`, the operators' directory.
 //! - The kubeconfig corpus ([`corpus`]).
+//! - A throwaway PostgreSQL server, one per test binary, with a fresh database per test
+//!   ([`postgres`]).
 //! - With the `engine` feature, a scripted prober and an engine on a temporary SQLite
 //!   file ([`engine`]); with `api`, the REST API over it ([`api`]).
 
@@ -16,6 +18,7 @@ pub mod api;
 pub mod corpus;
 #[cfg(feature = "engine")]
 pub mod engine;
+pub mod postgres;
 
 use std::path::{Path, PathBuf};
 

@@ -231,6 +231,7 @@ async fn the_loop_audits_online_clusters_on_their_interval() {
         store.clone(),
         Arc::new(auditor.clone()),
         settings,
+        vigil_engine::sharing::Owner::alone(),
         async {
             let _ = stopped.await;
         },

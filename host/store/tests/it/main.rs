@@ -1,5 +1,7 @@
-//! The store's integration tests, on temporary SQLite files.
+//! The store's integration tests: one suite on each backend (a temporary SQLite file, a
+//! throwaway PostgreSQL server), and what only SQLite has.
 
 #![forbid(unsafe_code)]
 
+mod backends;
 mod store;

@@ -1,22 +1,12 @@
-//! The store on a temporary SQLite file: migrations, discovery upserts,
-//! persistence of everything the rules need (docs/rules.md#persistence), and the database lock.
+//! What only SQLite has: its migrations and journal, the durability of its commits, the
+//! database lock, a transaction the database undoes whole, and `DATABASE_URL`'s reading.
+//! Everything else the store does is tested on both backends (`backends`).
 
 use vigil_decision::{
-    AppStatus, BrakeConfig, ClusterId, ClusterStatus, HealthPolicy, PolicyOverrides, ProbeOutcome,
-    ReasonClass, Timestamp,
+    BrakeConfig, ClusterId, ClusterStatus, HealthPolicy, PolicyOverrides, ProbeOutcome, Timestamp,
 };
 use vigil_store::lock::{DatabaseLock, LockError};
-use vigil_store::{
-    ApplySettings, ClusterSource, DiscoveredClusterRow, ProbeResult, Store, redact_url, sqlite_path,
-};
-
-fn row(name: &str, endpoint: &str, reference: &str) -> DiscoveredClusterRow {
-    DiscoveredClusterRow {
-        name: name.to_owned(),
-        endpoint: endpoint.to_owned(),
-        reference: reference.to_owned(),
-    }
-}
+use vigil_store::{ApplySettings, ProbeResult, Store, redact_url, sqlite_path};
 
 fn settings() -> ApplySettings {
     ApplySettings {
@@ -42,7 +32,7 @@ async fn migrations_run_once_and_the_database_uses_wal() {
         .fetch_one(store.pool())
         .await
         .unwrap();
-    let files = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations"))
+    let files = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/sqlite"))
         .unwrap()
         .filter(|entry| {
             entry
@@ -149,184 +139,6 @@ async fn every_connection_of_the_pool_syncs_each_commit() {
     }
 }
 
-#[tokio::test]
-async fn discovery_upserts_insert_update_and_never_delete_or_touch_manual_and_ignored() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open_path(&dir.path().join("vigil.db"))
-        .await
-        .unwrap();
-    let t = Timestamp::from_secs(1_000);
-
-    let first = store
-        .upsert_discovered(
-            &[
-                row("kind", "https://127.0.0.1:6443", "/k/a.yaml#kind"),
-                row("k3s", "https://127.0.0.2:6443", "/k/b.yaml#k3s"),
-            ],
-            t,
-        )
-        .await
-        .unwrap();
-    assert_eq!(first.inserted, ["kind", "k3s"]);
-    let kind = store.cluster("kind").await.unwrap();
-    assert_eq!(kind.health.status, ClusterStatus::Unknown);
-    assert_eq!(kind.source, ClusterSource::Discovered);
-    assert_eq!(kind.next_due, t, "a newly inserted cluster is due at once");
-    assert_eq!(kind.health.first_seen, t);
-
-    store
-        .register_cluster(
-            "manual",
-            "https://127.0.0.9:6443",
-            "/m/m.yaml#manual",
-            &PolicyOverrides::default(),
-            t,
-        )
-        .await
-        .unwrap();
-    sqlx::query("UPDATE clusters SET ignored = 1 WHERE name = 'k3s'")
-        .execute(store.pool())
-        .await
-        .unwrap();
-
-    let t2 = Timestamp::from_secs(2_000);
-    let second = store
-        .upsert_discovered(
-            &[
-                row("kind", "https://127.0.0.1:7443", "/k/a2.yaml#kind"),
-                row("k3s", "https://127.0.0.2:7443", "/k/b.yaml#k3s"),
-                row("manual", "https://127.0.0.3:6443", "/k/c.yaml#manual"),
-            ],
-            t2,
-        )
-        .await
-        .unwrap();
-    assert_eq!(second.updated, ["kind"]);
-    assert_eq!(second.ignored, ["k3s"]);
-    assert_eq!(second.kept_manual, ["manual"]);
-    assert!(second.inserted.is_empty());
-    let kind = store.cluster("kind").await.unwrap();
-    assert_eq!(
-        (kind.endpoint.as_str(), kind.kubeconfig_secret_ref.as_str()),
-        ("https://127.0.0.1:7443", "/k/a2.yaml#kind")
-    );
-    assert_eq!(
-        kind.health.first_seen, t,
-        "an update keeps the cluster's history"
-    );
-    let k3s = store.cluster("k3s").await.unwrap();
-    assert_eq!(
-        k3s.endpoint, "https://127.0.0.2:6443",
-        "ignored clusters are untouched"
-    );
-    let manual = store.cluster("manual").await.unwrap();
-    assert_eq!(
-        manual.kubeconfig_secret_ref, "/m/m.yaml#manual",
-        "manual clusters are untouched"
-    );
-
-    let third = store
-        .upsert_discovered(
-            &[row("kind", "https://127.0.0.1:7443", "/k/a2.yaml#kind")],
-            t2,
-        )
-        .await
-        .unwrap();
-    assert_eq!(third.unchanged, ["kind"]);
-    let empty = store.upsert_discovered(&[], t2).await.unwrap();
-    assert_eq!(empty, Default::default());
-    assert_eq!(
-        store.clusters().await.unwrap().len(),
-        3,
-        "discovery never deletes"
-    );
-    let kinds: Vec<String> = store
-        .events(Some("kind"))
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|e| e.kind)
-        .collect();
-    assert_eq!(kinds, ["cluster-discovered", "cluster-rediscovered"]);
-}
-
-#[tokio::test]
-async fn everything_the_rules_need_survives_a_reopen() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("vigil.db");
-    let store = Store::open_path(&db).await.unwrap();
-    let t = |s: i64| Timestamp::from_secs(10_000 + s);
-    let id = store
-        .register_cluster(
-            "c",
-            "https://127.0.0.1:6443",
-            "/k/c.yaml#c",
-            &PolicyOverrides {
-                interval_seconds: Some(60),
-                ..Default::default()
-            },
-            t(0),
-        )
-        .await
-        .unwrap();
-    store
-        .register_app("a", "c", AppStatus::Deployed, t(0))
-        .await
-        .unwrap();
-    let fail = ProbeOutcome::Unhealthy {
-        class: ReasonClass::Timeout,
-        message: "timed out".into(),
-    };
-    let stale = ProbeOutcome::Inconclusive {
-        class: ReasonClass::PluginFault,
-        message: "trap".into(),
-    };
-    for (outcome, at) in [
-        (ProbeOutcome::Healthy, 0),
-        (fail.clone(), 10),
-        (fail, 50),
-        (stale.clone(), 60),
-        (stale.clone(), 70),
-        (stale, 80),
-    ] {
-        store
-            .apply_probe(id, &outcome, t(at), t(at + 60), &settings())
-            .await
-            .unwrap()
-            .unwrap();
-    }
-    let before = store.cluster("c").await.unwrap();
-    assert_eq!(before.health.status, ClusterStatus::Offline);
-    assert_eq!(before.health.consecutive_inconclusive, 3);
-    assert!(before.health.open_outage.is_some());
-    assert_eq!(before.policy.interval_seconds, Some(60));
-    store.close().await;
-
-    let store = Store::open_path(&db).await.unwrap();
-    let after = store.cluster("c").await.unwrap();
-    assert_eq!(after.health, before.health);
-    assert_eq!(after.next_due, t(140));
-    assert_eq!(after.last_reason_class.as_deref(), Some("plugin-fault"));
-    let app = store.app("a").await.unwrap();
-    assert_eq!(
-        (app.status, app.degraded_by),
-        (AppStatus::Degraded, before.health.open_outage)
-    );
-    assert!(
-        store
-            .apply_probe(
-                ClusterId(999),
-                &ProbeOutcome::Healthy,
-                t(90),
-                t(99),
-                &settings()
-            )
-            .await
-            .unwrap()
-            .is_none()
-    );
-}
-
 #[test]
 fn database_urls_are_checked_and_passwords_redacted() {
     assert_eq!(
@@ -406,11 +218,16 @@ fn database_urls_are_checked_and_passwords_redacted() {
         Some("/var/lib/vigil/v.db".into())
     );
     assert_eq!(sqlite_path("sqlite::memory:").unwrap(), None);
-    let error = sqlite_path("postgres://vigil:hunter2@db/vigil")
+    // PostgreSQL names no file.
+    assert_eq!(
+        sqlite_path("postgres://vigil:hunter2@db/vigil").unwrap(),
+        None
+    );
+    let error = sqlite_path("mysql://vigil:hunter2@db/vigil")
         .unwrap_err()
         .to_string();
     assert!(
-        error.contains("postgres://vigil:***@db/vigil") && !error.contains("hunter2"),
+        error.contains("mysql://vigil:***@db/vigil") && !error.contains("hunter2"),
         "{error}"
     );
     assert!(sqlite_path("vigil.db").is_err());
@@ -481,6 +298,7 @@ fn healthy_at(ids: &[ClusterId], now: Timestamp, next_due: Timestamp) -> Vec<Pro
             by: None,
             now,
             next_due,
+            claim: None,
         })
         .collect()
 }
@@ -502,61 +320,6 @@ async fn three_clusters(store: &Store, t: impl Fn(i64) -> Timestamp) -> Vec<Clus
         ids.push(id);
     }
     ids
-}
-
-#[tokio::test]
-async fn a_batch_of_results_rolls_back_only_the_cluster_whose_write_failed() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open_path(&dir.path().join("vigil.db"))
-        .await
-        .unwrap();
-    let t = |s: i64| Timestamp::from_secs(10_000 + s);
-    let ids = three_clusters(&store, t).await;
-    // The database refuses one statement of b's write, as a constraint or a full page
-    // would: that statement fails, the transaction goes on.
-    sqlx::query(
-        "CREATE TRIGGER refuse_b BEFORE UPDATE OF last_outcome ON clusters \
-         WHEN NEW.name = 'b' BEGIN SELECT RAISE(ABORT, 'refused'); END",
-    )
-    .execute(store.pool())
-    .await
-    .unwrap();
-    let results = healthy_at(&ids, t(5), t(65));
-    let applied = store.apply_probes(&results, &settings()).await.unwrap();
-    assert_eq!(applied.len(), 3);
-    assert!(matches!(&applied[0], Ok(Some(a)) if a.cluster == "a"));
-    assert!(
-        applied[1].is_err(),
-        "b's write failed: {:?}",
-        applied[1].as_ref().err()
-    );
-    assert!(matches!(&applied[2], Ok(Some(c)) if c.cluster == "c"));
-
-    for (name, written) in [("a", true), ("b", false), ("c", true)] {
-        let record = store.cluster(name).await.unwrap();
-        let expected = if written {
-            (ClusterStatus::Online, Some("healthy"), t(65))
-        } else {
-            // Nothing of b's result stands: neither its events, written before the refused
-            // statement, nor its status, nor its next due time.
-            (ClusterStatus::Unknown, None, t(0))
-        };
-        assert_eq!(
-            (
-                record.health.status,
-                record.last_outcome.as_deref(),
-                record.next_due
-            ),
-            expected,
-            "{name}"
-        );
-        let events = store.events(Some(name)).await.unwrap();
-        assert_eq!(
-            events.iter().any(|e| e.kind == "status-changed"),
-            written,
-            "{name}: {events:?}"
-        );
-    }
 }
 
 #[tokio::test]
