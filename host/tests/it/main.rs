@@ -20,6 +20,7 @@ mod plugins_doc;
 mod plugins_e2e;
 mod plugins_live;
 mod process;
+mod replicas;
 mod retention;
 mod serve;
 mod ssrf;

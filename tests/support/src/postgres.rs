@@ -42,7 +42,7 @@ const SUPERUSER: &str = "postgres";
 /// How long a server may take to accept connections once started: generous, since test
 /// binaries start theirs while others compile and run on the same cores.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
-/// How much of the server's log an error quotes.
+/// How much of the server's log an error quotes (the supervising shell quotes as much).
 const LOG_TAIL_LINES: usize = 40;
 
 /// The settings the server runs with, as `postgres -c` arguments (the socket directory is
@@ -557,7 +557,11 @@ mod tests {
         let dir = stdout
             .lines()
             .map(|line| line.unwrap())
-            .find_map(|line| line.strip_prefix("socket dir: ").map(PathBuf::from))
+            // After libtest's `test NAME ... ` on the same line.
+            .find_map(|line| {
+                let (_, dir) = line.split_once("socket dir: ")?;
+                Some(PathBuf::from(dir))
+            })
             .expect("the holding process names its server's directory");
         let socket = dir.join(format!(".s.PGSQL.{PORT}"));
         assert!(socket.exists(), "{}", socket.display());

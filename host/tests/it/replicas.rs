@@ -1,0 +1,446 @@
+//! Three `vigil serve` processes sharing one fleet on one PostgreSQL database, against the
+//! fake Kubernetes API server: every probe is counted on the fake server's side, so that
+//! "probed once per interval, never twice" is what the clusters saw, whichever replica
+//! probed them. Then an outage and its recovery (applied once each, whichever replicas
+//! probed), a replica killed (`SIGKILL`) and restarted, one stopped (`SIGTERM`), and one
+//! paused (`SIGSTOP`) past its lease, whose results must be discarded.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use vigil_decision::{AppStatus, ClusterStatus};
+use vigil_fake_kube::kubeconfig::write_kubeconfigs;
+use vigil_fake_kube::{AddressPlan, Fleet, KubeconfigOptions, KubeconfigShape, ShapePlan};
+use vigil_store::Store;
+
+use crate::process::{Running, sigterm, tail, vigil, wait_exit};
+
+/// The one request a probe makes.
+const NAMESPACES: &str = "/api/v1/namespaces";
+const CLUSTERS: usize = 1_000;
+/// Seconds between two probes of a cluster.
+const INTERVAL: u64 = 10;
+/// The shortest claim, in seconds (a claim also lasts the timeout, 2 s, plus the grace,
+/// 1 s, plus 15 s to write the result: 18 s here).
+const LEASE_SECONDS: u64 = 18;
+/// How much earlier than an interval a cluster may see its next probe: the time between
+/// a claim and the request it leads to differs from one probe to the next by this much
+/// at most, on a loaded machine.
+const SLACK: Duration = Duration::from_millis(1_500);
+
+struct Replica {
+    id: String,
+    child: Option<Running>,
+    log: PathBuf,
+    api: Option<SocketAddr>,
+}
+
+struct Setup {
+    dir: PathBuf,
+    kubeconfigs: PathBuf,
+    database_url: String,
+}
+
+impl Setup {
+    fn start(&self, id: &str) -> Replica {
+        let work = self.dir.join(id);
+        std::fs::create_dir_all(&work).unwrap();
+        let log = work.join(format!("vigil-{}.log", now_ms()));
+        let child = vigil(&work)
+            .arg("serve")
+            .env("DATABASE_URL", &self.database_url)
+            .env("KUBECONFIG_DIR", &self.kubeconfigs)
+            .env("KUBECONFIG_PATH", "")
+            .env(
+                "VIGIL_PLUGIN_DIR",
+                vigil_test_support::plugin_dir_with_only(&work, "kubeconfig-file"),
+            )
+            .env(
+                "VIGIL_CACHE_DIR",
+                Path::new(env!("CARGO_TARGET_TMPDIR")).join("replicas-cache"),
+            )
+            .env("VIGIL_REPLICA_ID", id)
+            .env("VIGIL_CLAIM_LEASE", "5")
+            .env("CLUSTER_HEALTH_INTERVAL", INTERVAL.to_string())
+            .env("CLUSTER_HEALTH_TIMEOUT", "2")
+            .env("CLUSTER_HEALTH_FAILURE_THRESHOLD", "2")
+            .env("RUST_LOG", "info,cranelift_codegen=warn,wasmtime=warn")
+            .stderr(File::create(&log).unwrap())
+            .spawn()
+            .map(Running)
+            .unwrap();
+        let mut replica = Replica {
+            id: id.to_owned(),
+            child: Some(child),
+            log,
+            api: None,
+        };
+        let deadline = Instant::now() + Duration::from_secs(180);
+        while replica.api.is_none() {
+            let text = std::fs::read_to_string(&replica.log).unwrap_or_default();
+            replica.api = text
+                .lines()
+                .find(|line| line.contains("REST API listening"))
+                .and_then(|line| line.split("listen=").nth(1))
+                .and_then(|rest| rest.split_whitespace().next())
+                .and_then(|address| address.parse().ok());
+            if let Some(status) = replica.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("{id} exited with {status:?}:\n{}", tail(&replica.log));
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{id} did not start:\n{}",
+                tail(&replica.log)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        replica
+    }
+}
+
+impl Replica {
+    fn get(&self, path: &str) -> String {
+        http_get(self.api.expect("started"), path)
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().expect("running").id().to_string();
+        let status = std::process::Command::new("kill")
+            .args([signal, &pid])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill {signal} {pid}");
+    }
+}
+
+/// A plain HTTP/1.1 GET on loopback; the body.
+fn http_get(address: SocketAddr, path: &str) -> String {
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default()
+}
+
+/// The value of an unlabelled counter or gauge in a metrics text.
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|line| {
+            let (key, value) = line.split_once(' ')?;
+            (key == name).then(|| value.trim().parse().ok())?
+        })
+        .unwrap_or_else(|| panic!("{name} not in the metrics"))
+}
+
+fn now_ms() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+}
+
+/// Every probe each cluster saw, as times (ms since the epoch), by cluster name.
+fn probes(fleet: &Fleet) -> BTreeMap<String, Vec<u128>> {
+    fleet
+        .clusters()
+        .iter()
+        .map(|cluster| {
+            let times = cluster
+                .log()
+                .entries_for(NAMESPACES)
+                .iter()
+                .map(|entry| entry.at.duration_since(UNIX_EPOCH).unwrap().as_millis())
+                .collect();
+            (cluster.name().to_owned(), times)
+        })
+        .collect()
+}
+
+/// The shortest gap between two probes of one cluster, and the cluster.
+fn shortest_gap(probes: &BTreeMap<String, Vec<u128>>) -> (u128, String) {
+    probes
+        .iter()
+        .flat_map(|(name, times)| {
+            times
+                .windows(2)
+                .map(move |pair| (pair[1] - pair[0], name.clone()))
+        })
+        .min()
+        .unwrap_or((u128::MAX, String::new()))
+}
+
+/// The longest time a cluster went without a probe inside `[from, to]` (ms).
+fn longest_wait(probes: &BTreeMap<String, Vec<u128>>, from: u128, to: u128) -> (u128, String) {
+    probes
+        .iter()
+        .map(|(name, times)| {
+            let mut last = from;
+            let mut longest = 0;
+            for &at in times.iter().filter(|&&at| at > from && at <= to) {
+                longest = longest.max(at - last);
+                last = at;
+            }
+            (longest.max(to - last), name.clone())
+        })
+        .max()
+        .unwrap_or_default()
+}
+
+fn clear_logs(fleet: &Fleet) {
+    for cluster in fleet.clusters() {
+        cluster.log().clear();
+    }
+}
+
+async fn wait_until(what: &str, timeout: Duration, mut check: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !check().await {
+        assert!(Instant::now() < deadline, "{what}: not within {timeout:?}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+async fn statuses(store: &Store) -> BTreeMap<String, ClusterStatus> {
+    store
+        .cluster_statuses()
+        .await
+        .unwrap()
+        .into_iter()
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_share_a_fleet_with_no_double_probe_and_no_double_cascade() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfigs = dir.path().join("kubeconfigs");
+    let fleet = Fleet::builder()
+        .clusters(CLUSTERS)
+        .addresses(AddressPlan::Auto)
+        .log_capacity(64)
+        .start()
+        .await
+        .unwrap();
+    write_kubeconfigs(
+        fleet.clusters(),
+        &kubeconfigs,
+        &KubeconfigOptions {
+            shapes: ShapePlan::Only(KubeconfigShape::Embedded),
+            single_file: false,
+        },
+    )
+    .unwrap();
+    let database =
+        tokio::task::spawn_blocking(|| vigil_test_support::postgres::server().fresh_database())
+            .await
+            .unwrap();
+    let setup = Setup {
+        dir: dir.path().to_path_buf(),
+        kubeconfigs,
+        database_url: database.url.clone(),
+    };
+    let mut replicas: Vec<Replica> = ["r1", "r2", "r3"]
+        .iter()
+        .map(|id| setup.start(id))
+        .collect();
+    let store = Store::open(&database.url).await.unwrap();
+
+    // Every cluster comes ONLINE.
+    wait_until(
+        "every cluster ONLINE",
+        Duration::from_secs(240),
+        async || {
+            let statuses = statuses(&store).await;
+            statuses.len() == CLUSTERS && statuses.values().all(|s| *s == ClusterStatus::Online)
+        },
+    )
+    .await;
+    for replica in &replicas {
+        let ready = replica.get("/readyz");
+        assert!(
+            ready.contains(&format!("\"replica\":\"{}\"", replica.id)),
+            "{ready}"
+        );
+    }
+
+    // Five intervals: every cluster probed once per interval, never twice in one, and
+    // every replica took its share.
+    clear_logs(&fleet);
+    let window_start = now_ms();
+    tokio::time::sleep(Duration::from_secs(5 * INTERVAL)).await;
+    let window_end = now_ms();
+    let seen = probes(&fleet);
+    let (gap, cluster) = shortest_gap(&seen);
+    assert!(
+        gap + SLACK.as_millis() >= u128::from(INTERVAL) * 1000,
+        "{cluster} was probed twice within {gap} ms"
+    );
+    let (wait, cluster) = longest_wait(&seen, window_start, window_end);
+    assert!(
+        wait <= u128::from(INTERVAL) * 1000 + 3_000,
+        "{cluster} went {wait} ms without a probe"
+    );
+    for replica in &replicas {
+        let text = replica.get("/metrics");
+        let probed: f64 = text
+            .lines()
+            .filter(|line| line.starts_with("vigil_probe_duration_seconds_count"))
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum();
+        assert!(probed > 100.0, "{} probed only {probed} times", replica.id);
+        assert_eq!(
+            metric(&text, "vigil_clusters_overdue"),
+            0.0,
+            "{}",
+            replica.id
+        );
+    }
+
+    // Ten clusters go down, with apps on them: exactly one transition, one outage and one
+    // cascade each; back up, exactly the marked apps come back, once.
+    let down: Vec<String> = fleet.clusters()[..10]
+        .iter()
+        .map(|c| c.name().to_owned())
+        .collect();
+    for name in &down {
+        let t = vigil_domain::probe::wall_clock();
+        store
+            .register_app(&format!("{name}-web"), name, AppStatus::Deployed, t)
+            .await
+            .unwrap();
+        store
+            .register_app(&format!("{name}-job"), name, AppStatus::Pending, t)
+            .await
+            .unwrap();
+    }
+    for cluster in &fleet.clusters()[..10] {
+        cluster.refuse().await.unwrap();
+    }
+    wait_until(
+        "ten clusters OFFLINE",
+        Duration::from_secs(5 * INTERVAL),
+        async || {
+            let statuses = statuses(&store).await;
+            down.iter()
+                .all(|name| statuses[name] == ClusterStatus::Offline)
+        },
+    )
+    .await;
+    for cluster in &fleet.clusters()[..10] {
+        cluster.come_back().await.unwrap();
+    }
+    wait_until(
+        "ten clusters ONLINE again",
+        Duration::from_secs(5 * INTERVAL),
+        async || {
+            let statuses = statuses(&store).await;
+            down.iter()
+                .all(|name| statuses[name] == ClusterStatus::Online)
+        },
+    )
+    .await;
+    for name in &down {
+        let events = store.events(Some(name)).await.unwrap();
+        let count = |kind: &str, to: Option<&str>| {
+            events
+                .iter()
+                .filter(|e| e.kind == kind)
+                .filter(|e| to.is_none_or(|to| e.detail.contains(&format!("\"to\":\"{to}\""))))
+                .count()
+        };
+        assert_eq!(
+            count("status-changed", Some("OFFLINE")),
+            1,
+            "{name}: {events:?}"
+        );
+        assert_eq!(count("apps-degraded", None), 1, "{name}: {events:?}");
+        assert_eq!(count("apps-restored", None), 1, "{name}: {events:?}");
+        assert_eq!(store.outages(name).await.unwrap().len(), 1, "{name}");
+        let web = store.app(&format!("{name}-web")).await.unwrap();
+        assert_eq!(
+            (web.status, web.degraded_by),
+            (AppStatus::Deployed, None),
+            "{name}"
+        );
+        let job = store.app(&format!("{name}-job")).await.unwrap();
+        assert_eq!(job.status, AppStatus::Pending, "{name}");
+    }
+
+    // A replica killed mid-interval: the others take its clusters within one lease; none
+    // waits longer than an interval and a lease. Restarted, it joins without a double probe.
+    clear_logs(&fleet);
+    tokio::time::sleep(Duration::from_secs(INTERVAL / 2)).await;
+    let killed_at = now_ms();
+    replicas[1].signal("-KILL");
+    let _ = wait_exit(replicas[1].child.as_mut().unwrap(), Duration::from_secs(10));
+    tokio::time::sleep(Duration::from_secs(INTERVAL + LEASE_SECONDS + 5)).await;
+    let seen = probes(&fleet);
+    let (wait, cluster) = longest_wait(&seen, killed_at, now_ms());
+    assert!(
+        wait <= (u128::from(INTERVAL + LEASE_SECONDS) * 1000) + 3_000,
+        "{cluster} went {wait} ms without a probe after a replica died"
+    );
+    replicas[1] = setup.start("r2");
+    clear_logs(&fleet);
+    tokio::time::sleep(Duration::from_secs(2 * INTERVAL)).await;
+    let (gap, cluster) = shortest_gap(&probes(&fleet));
+    assert!(
+        gap + SLACK.as_millis() >= u128::from(INTERVAL) * 1000,
+        "after the restart, {cluster} was probed twice within {gap} ms"
+    );
+
+    // SIGTERM: the claims are given back at once.
+    replicas[2].signal("-TERM");
+    let status = wait_exit(replicas[2].child.as_mut().unwrap(), Duration::from_secs(30));
+    assert!(status.success(), "{}", tail(&replicas[2].log));
+    assert_eq!(store.claims_held("r3").await.unwrap(), 0);
+    assert!(
+        std::fs::read_to_string(&replicas[2].log)
+            .unwrap()
+            .contains("claims released")
+    );
+
+    // A replica paused past its lease while it holds claims: its results are discarded
+    // and counted, and nothing of them is written.
+    for cluster in &fleet.clusters()[10..40] {
+        cluster.delay(Duration::from_millis(1_800)).await.unwrap();
+    }
+    let paused = &replicas[0];
+    wait_until("r1 holds a claim", Duration::from_secs(60), async || {
+        paused.get("/readyz").contains("\"claims\":")
+            && !paused.get("/readyz").contains("\"claims\":0")
+    })
+    .await;
+    paused.signal("-STOP");
+    tokio::time::sleep(Duration::from_secs(LEASE_SECONDS + INTERVAL)).await;
+    paused.signal("-CONT");
+    wait_until(
+        "r1 discards a stale result",
+        Duration::from_secs(30),
+        async || metric(&paused.get("/metrics"), "vigil_stale_results_total") >= 1.0,
+    )
+    .await;
+
+    for replica in &mut replicas {
+        if let Some(child) = replica.child.as_mut()
+            && child.try_wait().unwrap().is_none()
+        {
+            sigterm(child);
+            let _ = wait_exit(child, Duration::from_secs(30));
+        }
+    }
+    store.close().await;
+}
