@@ -46,7 +46,8 @@ const RETRY_AFTER_SECS: u32 = 5;
 pub struct EventFeed {
     streams: Arc<Semaphore>,
     max_streams: u32,
-    /// The latest event id the poller saw.
+    /// The position of the latest event the poller saw (the store's
+    /// `last_event_position`: it grows with each commit that writes events).
     latest: watch::Sender<i64>,
     /// Whether a poller task runs.
     polling: AtomicBool,
@@ -100,7 +101,7 @@ impl EventFeed {
         Some((permit, latest))
     }
 
-    /// Asks the store for the latest event id every [`POLL`] and wakes the streams when it
+    /// Asks the store for the latest event's position every [`POLL`] and wakes the streams when it
     /// grew; ends when no stream is left.
     async fn poll(self: Arc<Self>, store: Store) {
         loop {
@@ -114,7 +115,7 @@ impl EventFeed {
                 }
             }
             self.polls.fetch_add(1, Ordering::Relaxed);
-            match store.last_event_id().await {
+            match store.last_event_position().await {
                 Ok(id) => {
                     self.latest.send_if_modified(|latest| {
                         let newer = id > *latest;
@@ -169,7 +170,9 @@ struct Cursor {
     store: Store,
     /// The last event sent.
     after: i64,
-    pending: std::vec::IntoIter<EventView>,
+    /// Its position in the order streams read (the store's `EventRecord::position`).
+    position: i64,
+    pending: std::vec::IntoIter<(EventView, i64)>,
     latest: watch::Receiver<i64>,
     /// The stream's place under the cap, given back when the client goes.
     _permit: OwnedSemaphorePermit,
@@ -216,14 +219,16 @@ async fn events(
     let cursor = Cursor {
         store: state.store.clone(),
         after: start,
+        position: 0,
         pending: Vec::new().into_iter(),
         latest,
         _permit: permit,
     };
     let stream = futures_util::stream::unfold(cursor, |mut cursor| async move {
         loop {
-            if let Some(event) = cursor.pending.next() {
+            if let Some((event, position)) = cursor.pending.next() {
                 cursor.after = event.id;
+                cursor.position = position;
                 let data = serde_json::to_string(&event).unwrap_or_default();
                 let sse = Event::default()
                     .id(event.id.to_string())
@@ -235,7 +240,7 @@ async fn events(
                 Ok(batch) if !batch.is_empty() => {
                     cursor.pending = batch
                         .iter()
-                        .map(EventView::from)
+                        .map(|event| (EventView::from(event), event.position))
                         .collect::<Vec<_>>()
                         .into_iter();
                 }
@@ -244,7 +249,7 @@ async fn events(
                     // both it and what the feed knew already (so that an id the feed saw
                     // but this read did not cannot make it spin). A feed that is gone
                     // ends the stream.
-                    let seen = (*cursor.latest.borrow_and_update()).max(cursor.after);
+                    let seen = (*cursor.latest.borrow_and_update()).max(cursor.position);
                     if cursor
                         .latest
                         .wait_for(|latest| *latest > seen)

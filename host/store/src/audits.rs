@@ -8,7 +8,7 @@ use sqlx::FromRow;
 use vigil_decision::{ClusterId, ConditionType, Timestamp, set_drain_blocked};
 
 use super::{
-    CLUSTER_COLUMNS, ClusterRecord, ClusterRow, ProbedBy, Store, StoreError, cluster_in_tx,
+    CLUSTER_COLUMNS, ClusterRecord, ClusterRow, ProbedBy, Store, StoreError, cluster_in_tx, commit,
     event_parts, insert_event, not_found, query_error,
 };
 
@@ -262,9 +262,7 @@ impl Store {
                 .map_err(query_error("recording a failed audit"))?;
             }
         }
-        tx.commit()
-            .await
-            .map_err(query_error("committing an audit"))?;
+        commit(tx, "committing an audit").await?;
         Ok(Some(applied))
     }
 

@@ -233,6 +233,17 @@ impl Store {
             summary.tables.push((table, rows.len() as u64));
         }
         if to.backend == Backend::Postgres {
+            // The copied history is in its commit order already (its ids'): streams read
+            // it in that order, and the events written next come after it.
+            for statement in [
+                "UPDATE events SET commit_seq = id WHERE commit_seq IS NULL",
+                "UPDATE event_counter SET value = (SELECT COALESCE(MAX(id), 0) FROM events)",
+            ] {
+                sqlx::query(statement)
+                    .execute(&mut *target)
+                    .await
+                    .map_err(query_error("ordering the copied history"))?;
+            }
             // Ids given explicitly do not move an identity's sequence: the next ones
             // must come after the copied rows.
             for table in IDENTITY_TABLES {

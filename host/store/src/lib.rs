@@ -618,6 +618,12 @@ pub struct EventRecord {
     pub detail: String,
     /// Who caused it, for API mutations.
     pub actor: Option<String>,
+    /// Where it stands in the order event streams read: its id on SQLite, its
+    /// transaction's commit stamp on PostgreSQL (see [`Store::events_after`]). Read only
+    /// by [`Store::events_after`].
+    #[serde(skip)]
+    #[sqlx(default)]
+    pub position: i64,
 }
 
 /// An outage as stored.
@@ -939,6 +945,34 @@ pub fn sqlite_path(url: &str) -> Result<Option<PathBuf>, StoreError> {
     Ok(Some(PathBuf::from(path)))
 }
 
+/// Commits `tx`. On PostgreSQL, the events it wrote are first stamped with the next
+/// value of the event counter, whose row stays locked until the commit: stamps follow the
+/// commit order, which is the order event streams read (see the schema's `commit_seq`).
+/// On SQLite the one writer commits in id order already.
+async fn commit(mut tx: Tx, doing: &'static str) -> Result<(), StoreError> {
+    if Backend::of(&tx) == Backend::Postgres {
+        let stamp: Option<i64> = sqlx::query_scalar(
+            "UPDATE event_counter SET value = value + 1 WHERE id = 1 AND EXISTS \
+             (SELECT 1 FROM events WHERE commit_seq IS NULL AND txid = pg_current_xact_id()) \
+             RETURNING value",
+        )
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(query_error(doing))?;
+        if let Some(stamp) = stamp {
+            sqlx::query(
+                "UPDATE events SET commit_seq = $1 \
+                 WHERE commit_seq IS NULL AND txid = pg_current_xact_id()",
+            )
+            .bind(stamp)
+            .execute(&mut *tx)
+            .await
+            .map_err(query_error(doing))?;
+        }
+    }
+    tx.commit().await.map_err(query_error(doing))
+}
+
 /// `url` with SQLite's `mode` parameter set (`rwc` creates the file, `rw` does not),
 /// unless the URL sets one itself.
 fn with_sqlite_mode(url: &str, mode: &str) -> String {
@@ -1202,9 +1236,7 @@ impl Store {
     ) -> Result<UpsertSummary, StoreError> {
         let mut tx = self.begin_write().await?;
         let summary = upsert_discovered_in_tx(&mut tx, clusters, now).await?;
-        tx.commit()
-            .await
-            .map_err(query_error("committing discovery"))?;
+        commit(tx, "committing discovery").await?;
         Ok(summary)
     }
 
@@ -1273,9 +1305,7 @@ impl Store {
             None,
         )
         .await?;
-        tx.commit()
-            .await
-            .map_err(query_error("committing a registration"))?;
+        commit(tx, "committing a registration").await?;
         Ok(ClusterId(id))
     }
 
@@ -1459,9 +1489,7 @@ impl Store {
             // back only itself.
             let applied = apply_probe_in_tx(&mut tx, result, settings).await;
             if applied.is_ok() {
-                tx.commit()
-                    .await
-                    .map_err(query_error("committing a probe result"))?;
+                commit(tx, "committing a probe result").await?;
             }
             return Ok(vec![applied]);
         }
@@ -1494,9 +1522,7 @@ impl Store {
                 }
             }
         }
-        tx.commit()
-            .await
-            .map_err(query_error("committing probe results"))?;
+        commit(tx, "committing probe results").await?;
         Ok(applied)
     }
 
@@ -1528,9 +1554,7 @@ impl Store {
             .await?;
         }
         save_health(&mut tx, cluster, &decision.health, next_due, now, None).await?;
-        tx.commit()
-            .await
-            .map_err(query_error("committing a disabled cluster"))?;
+        commit(tx, "committing a disabled cluster").await?;
         Ok(())
     }
 
@@ -1657,9 +1681,7 @@ impl Store {
             actor,
         )
         .await?;
-        tx.commit()
-            .await
-            .map_err(query_error("committing a deployment"))?;
+        commit(tx, "committing a deployment").await?;
         Ok(id)
     }
 
@@ -1716,9 +1738,7 @@ impl Store {
             .execute(&mut *tx)
             .await
             .map_err(query_error("pruning events"))?;
-            tx.commit()
-                .await
-                .map_err(query_error("committing pruned events"))?;
+            commit(tx, "committing pruned events").await?;
             pruned.events += done.rows_affected();
             if done.rows_affected() < PRUNE_BATCH.unsigned_abs() {
                 break;
@@ -1737,9 +1757,7 @@ impl Store {
         .execute(&mut *tx)
         .await
         .map_err(query_error("pruning outages"))?;
-        tx.commit()
-            .await
-            .map_err(query_error("committing pruned outages"))?;
+        commit(tx, "committing pruned outages").await?;
         pruned.outages = done.rows_affected();
         Ok(pruned)
     }

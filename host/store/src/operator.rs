@@ -11,7 +11,7 @@ use vigil_decision::{
 
 use super::{
     APP_SELECT, AppRecord, AppRow, Backend, CLUSTER_COLUMNS, ClusterRecord, ClusterRow,
-    ClusterSource, EventRecord, Store, StoreError, cluster_id_by_name, guarded_cluster,
+    ClusterSource, EventRecord, Store, StoreError, cluster_id_by_name, commit, guarded_cluster,
     insert_event, not_found, query_error,
 };
 
@@ -198,9 +198,7 @@ impl Store {
             actor,
         )
         .await?;
-        tx.commit()
-            .await
-            .map_err(query_error("committing a registration"))?;
+        commit(tx, "committing a registration").await?;
         Ok(ClusterId(id))
     }
 
@@ -271,9 +269,7 @@ impl Store {
             .fetch_one(&mut *tx)
             .await
             .map_err(query_error("reading a cluster"))?;
-        tx.commit()
-            .await
-            .map_err(query_error("committing a cluster update"))?;
+        commit(tx, "committing a cluster update").await?;
         row.try_into()
     }
 
@@ -337,9 +333,7 @@ impl Store {
             actor,
         )
         .await?;
-        tx.commit()
-            .await
-            .map_err(query_error("committing a deletion"))?;
+        commit(tx, "committing a deletion").await?;
         Ok(())
     }
 
@@ -494,21 +488,40 @@ impl Store {
         .map_err(query_error("reading a cluster's history"))
     }
 
-    /// Events after event `after`, oldest first, at most `limit` (the SSE stream).
+    /// Events after event `after`, in the order their transactions committed, at most
+    /// `limit` (the SSE stream; `after` is the id a client last saw, 0 for the start).
+    ///
+    /// A reader that resumes after the last id it saw must never find, later, an event
+    /// before it: on SQLite the one writer commits in id order; on PostgreSQL ids are
+    /// handed out at insert and transactions commit in another order, so events are read
+    /// in the order of their transactions' commit stamps, then ids, resuming after the
+    /// stamp of event `after` (when `after` was pruned meanwhile, after the stamps of the
+    /// events before it).
     pub async fn events_after(
         &self,
         after: i64,
         limit: u32,
     ) -> Result<Vec<EventRecord>, StoreError> {
-        sqlx::query_as(
-            "SELECT id, at, cluster_name, outage_id, kind, detail, actor FROM events \
-             WHERE id > $1 ORDER BY id LIMIT $2",
-        )
-        .bind(after)
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(query_error("reading events"))
+        let sql = match self.backend {
+            Backend::Sqlite => {
+                "SELECT id, at, cluster_name, outage_id, kind, detail, actor, id AS position \
+                 FROM events WHERE id > $1 ORDER BY id LIMIT $2"
+            }
+            Backend::Postgres => {
+                "SELECT id, at, cluster_name, outage_id, kind, detail, actor, \
+                 commit_seq AS position FROM events \
+                 WHERE commit_seq IS NOT NULL AND (commit_seq, id) > (COALESCE(\
+                   (SELECT commit_seq FROM events WHERE id = $1), \
+                   (SELECT COALESCE(MAX(commit_seq), 0) FROM events WHERE id < $1)), $1) \
+                 ORDER BY commit_seq, id LIMIT $2"
+            }
+        };
+        sqlx::query_as(sql)
+            .bind(after)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(query_error("reading events"))
     }
 
     /// How many clusters known at `since` are still UNKNOWN without a probe since then
@@ -539,14 +552,33 @@ impl Store {
     ) -> Result<(), StoreError> {
         let mut tx = self.begin_write().await?;
         insert_event(&mut tx, now, None, None, kind, detail, actor).await?;
-        tx.commit()
-            .await
-            .map_err(query_error("recording a plugin event"))
+        commit(tx, "recording a plugin event").await
     }
 
     /// The id of the newest event, 0 when there is none.
     pub async fn last_event_id(&self) -> Result<i64, StoreError> {
-        sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) FROM events")
+        let sql = match self.backend {
+            Backend::Sqlite => "SELECT COALESCE(MAX(id), 0) FROM events",
+            // The last in the order streams read (see `events_after`).
+            Backend::Postgres => {
+                "SELECT COALESCE((SELECT id FROM events WHERE commit_seq IS NOT NULL \
+                 ORDER BY commit_seq DESC, id DESC LIMIT 1), 0)"
+            }
+        };
+        sqlx::query_scalar(sql)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(query_error("reading the last event"))
+    }
+
+    /// The [`EventRecord::position`] of the last event streams can read: it grows with
+    /// every commit that writes events, so a poller compares it to wake its streams.
+    pub async fn last_event_position(&self) -> Result<i64, StoreError> {
+        let sql = match self.backend {
+            Backend::Sqlite => "SELECT COALESCE(MAX(id), 0) FROM events",
+            Backend::Postgres => "SELECT COALESCE(MAX(commit_seq), 0) FROM events",
+        };
+        sqlx::query_scalar(sql)
             .fetch_one(&self.pool)
             .await
             .map_err(query_error("reading the last event"))
@@ -597,9 +629,7 @@ impl Store {
         )
         .await?;
         let app = app_in(&mut tx, name).await?;
-        tx.commit()
-            .await
-            .map_err(query_error("committing an app"))?;
+        commit(tx, "committing an app").await?;
         Ok(app)
     }
 
@@ -640,9 +670,7 @@ impl Store {
         )
         .await?;
         let app = app_in(&mut tx, name).await?;
-        tx.commit()
-            .await
-            .map_err(query_error("committing an app status"))?;
+        commit(tx, "committing an app status").await?;
         Ok(app)
     }
 
@@ -684,9 +712,7 @@ impl Store {
             actor,
         )
         .await?;
-        tx.commit()
-            .await
-            .map_err(query_error("committing an app's deletion"))
+        commit(tx, "committing an app's deletion").await
     }
 
     /// Moves an app to another cluster, refused while the target is OFFLINE (inside the
@@ -721,9 +747,7 @@ impl Store {
         )
         .await?;
         let app = app_in(&mut tx, name).await?;
-        tx.commit()
-            .await
-            .map_err(query_error("committing a reassignment"))?;
+        commit(tx, "committing a reassignment").await?;
         Ok(app)
     }
 

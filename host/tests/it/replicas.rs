@@ -136,6 +136,91 @@ fn http_get(address: SocketAddr, path: &str) -> String {
         .unwrap_or_default()
 }
 
+/// An event stream read from a replica in a thread of its own: the `(id, kind)` of each
+/// event, in the order received.
+struct Stream {
+    received: std::sync::Arc<std::sync::Mutex<Vec<(i64, String)>>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Stream {
+    fn open(address: SocketAddr, last_event_id: Option<i64>) -> Self {
+        use std::io::BufRead as _;
+        use std::sync::atomic::Ordering;
+        let mut stream = std::net::TcpStream::connect(address).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        let resume = last_event_id.map_or(String::new(), |id| format!("Last-Event-ID: {id}\r\n"));
+        write!(
+            stream,
+            "GET /api/v1/events HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n{resume}\r\n"
+        )
+        .unwrap();
+        let received: std::sync::Arc<std::sync::Mutex<Vec<(i64, String)>>> =
+            std::sync::Arc::default();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let reader = {
+            let received = std::sync::Arc::clone(&received);
+            let stop = std::sync::Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let mut lines = std::io::BufReader::new(stream);
+                let mut line = String::new();
+                let mut id = None;
+                while !stop.load(Ordering::Acquire) {
+                    line.clear();
+                    match lines.read_line(&mut line) {
+                        Ok(0) => break,
+                        Ok(_) => {}
+                        Err(_) => continue,
+                    }
+                    // Chunked transfer puts chunk sizes between the lines: only the
+                    // fields matter.
+                    if let Some(value) = line.trim_end().strip_prefix("id: ") {
+                        id = value.parse::<i64>().ok();
+                    } else if let Some(kind) = line.trim_end().strip_prefix("event: ")
+                        && let Some(id) = id.take()
+                    {
+                        received.lock().unwrap().push((id, kind.to_owned()));
+                    }
+                }
+            })
+        };
+        Self {
+            received,
+            stop,
+            reader: Some(reader),
+        }
+    }
+
+    fn received(&self) -> Vec<(i64, String)> {
+        self.received.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+    }
+}
+
+/// Every event after `after` in the order streams read them, as `(id, kind)`.
+async fn events_from(store: &Store, mut after: i64) -> Vec<(i64, String)> {
+    let mut events = Vec::new();
+    loop {
+        let batch = store.events_after(after, 500).await.unwrap();
+        let Some(last) = batch.last() else {
+            return events;
+        };
+        after = last.id;
+        events.extend(batch.into_iter().map(|e| (e.id, e.kind)));
+    }
+}
+
 /// The value of an unlabelled counter or gauge in a metrics text.
 fn metric(text: &str, name: &str) -> f64 {
     text.lines()
@@ -326,6 +411,10 @@ async fn three_replicas_share_a_fleet_with_no_double_probe_and_no_double_cascade
             .await
             .unwrap();
     }
+    // A stream opened on r1 sees what every replica applies, in order.
+    let stream_start = store.last_event_id().await.unwrap();
+    let on_r1 = Stream::open(replicas[0].api.unwrap(), None);
+    tokio::time::sleep(Duration::from_secs(2)).await;
     for cluster in &fleet.clusters()[..10] {
         cluster.refuse().await.unwrap();
     }
@@ -339,6 +428,22 @@ async fn three_replicas_share_a_fleet_with_no_double_probe_and_no_double_cascade
         },
     )
     .await;
+    // Resumed on r3 from the middle of what r1 delivered.
+    wait_until(
+        "r1's stream delivers the outages",
+        Duration::from_secs(10),
+        async || {
+            on_r1
+                .received()
+                .iter()
+                .filter(|(_, kind)| kind == "apps-degraded")
+                .count()
+                == 10
+        },
+    )
+    .await;
+    let resume_after = on_r1.received()[on_r1.received().len() / 2].0;
+    let on_r3 = Stream::open(replicas[2].api.unwrap(), Some(resume_after));
     for cluster in &fleet.clusters()[..10] {
         cluster.come_back().await.unwrap();
     }
@@ -352,6 +457,24 @@ async fn three_replicas_share_a_fleet_with_no_double_probe_and_no_double_cascade
         },
     )
     .await;
+    // Both streams delivered every event, in the order the store gives them, whichever
+    // replica applied them.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let expected = events_from(&store, stream_start).await;
+    let r1 = on_r1.received();
+    assert_eq!(r1[..], expected[..r1.len()], "r1's stream");
+    assert_eq!(r1.len(), expected.len(), "r1's stream delivered everything");
+    let from_middle = events_from(&store, resume_after).await;
+    let r3 = on_r3.received();
+    assert_eq!(r3, from_middle, "r3's stream, resumed");
+    assert_eq!(
+        r3.iter()
+            .filter(|(_, kind)| kind == "apps-restored")
+            .count(),
+        10,
+        "r3's resumed stream has every recovery: {r3:?}"
+    );
+    drop((on_r1, on_r3));
     for name in &down {
         let events = store.events(Some(name)).await.unwrap();
         let count = |kind: &str, to: Option<&str>| {

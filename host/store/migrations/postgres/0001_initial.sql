@@ -133,6 +133,23 @@ CREATE TABLE events (
 
 CREATE INDEX events_cluster ON events (cluster_id, id);
 
+-- Event ids are handed out at insert, and transactions commit in another order: a reader
+-- of "ids after the last one seen" would skip an event whose transaction committed after
+-- a later id's. So each transaction that wrote events takes the next value of one counter
+-- as its last statement and stamps its events with it (`commit_seq`): the counter's row
+-- stays locked until the commit, so stamps follow the commit order, and event streams
+-- read in (commit_seq, id) order.
+ALTER TABLE events ADD COLUMN commit_seq BIGINT;
+ALTER TABLE events ADD COLUMN txid xid8 NOT NULL DEFAULT pg_current_xact_id();
+CREATE INDEX events_unsequenced ON events (txid) WHERE commit_seq IS NULL;
+CREATE INDEX events_commit_order ON events (commit_seq, id);
+
+CREATE TABLE event_counter (
+    id    INT    PRIMARY KEY CHECK (id = 1),
+    value BIGINT NOT NULL
+);
+INSERT INTO event_counter (id, value) VALUES (1, 0);
+
 -- The mass-failure brake, per group ('' is the whole fleet). The fleet's row always
 -- exists, so that a result that may count a failure can lock it.
 CREATE TABLE brake_state (

@@ -710,3 +710,68 @@ async fn concurrent_deployments_racing_an_outage_never_leave_an_unmarked_deploye
         "degraded {degraded}, refused {refused_count}"
     );
 }
+
+/// Event ids are handed out at insert, and PostgreSQL commits transactions in another
+/// order: a transaction that inserted its event first and committed last must still reach
+/// a reader that already read past a later id. A trigger holds the first writer for a
+/// moment right after its insert, inside its transaction, while a second writer commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_committed_after_a_later_id_still_reaches_a_resumed_reader() {
+    let db = Fresh::new(Backend::Postgres).await;
+    let store = db.store.clone();
+    for statement in [
+        "CREATE FUNCTION hold_slow() RETURNS trigger LANGUAGE plpgsql AS \
+         $$ BEGIN PERFORM pg_sleep(1.5); RETURN NEW; END $$",
+        "CREATE TRIGGER hold_slow AFTER INSERT ON events FOR EACH ROW \
+         WHEN (NEW.kind = 'slow') EXECUTE FUNCTION hold_slow()",
+    ] {
+        sqlx::raw_sql(statement)
+            .execute(store.pool())
+            .await
+            .unwrap();
+    }
+    store
+        .record_plugin_event("before", &serde_json::json!({}), None, t(0))
+        .await
+        .unwrap();
+    let start = store.last_event_id().await.unwrap();
+
+    let slow = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            store
+                .record_plugin_event("slow", &serde_json::json!({}), None, t(1))
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    store
+        .record_plugin_event("fast", &serde_json::json!({}), None, t(2))
+        .await
+        .unwrap();
+
+    // A reader resuming after the last event it saw, as a stream does, until both came.
+    let mut after = start;
+    let mut delivered: Vec<(i64, String)> = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while delivered.len() < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "delivered only {delivered:?}"
+        );
+        for event in store.events_after(after, 100).await.unwrap() {
+            after = event.id;
+            delivered.push((event.id, event.kind));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    slow.await.unwrap().unwrap();
+    let kinds: Vec<&str> = delivered.iter().map(|(_, kind)| kind.as_str()).collect();
+    assert_eq!(kinds, ["fast", "slow"], "in commit order: {delivered:?}");
+    assert!(
+        delivered[1].0 < delivered[0].0,
+        "the slow event has the smaller id (the case a reader by id would skip): {delivered:?}"
+    );
+    assert_eq!(store.last_event_id().await.unwrap(), delivered[1].0);
+    assert!(store.events_after(after, 100).await.unwrap().is_empty());
+}
