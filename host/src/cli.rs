@@ -482,6 +482,21 @@ pub struct ServeArgs {
           default_value_t = 30, value_parser = clap::value_parser!(u32).range(5..=3600))]
     pub claim_lease: u32,
 
+    /// Among replicas: a replica whose own probes fail while the others' succeed is cut
+    /// off, and its failures are not counted (`false` switches this safeguard off).
+    #[arg(long = "replica-brake", env = "VIGIL_REPLICA_BRAKE", value_name = "VIGIL_REPLICA_BRAKE",
+          default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1,
+          default_missing_value = "true")]
+    pub replica_brake: bool,
+
+    /// Among replicas: the failure that takes a cluster OFFLINE must come from another
+    /// replica than the previous counted failure, while one could give it (`false`
+    /// switches this safeguard off).
+    #[arg(long = "second-opinion", env = "VIGIL_SECOND_OPINION", value_name = "VIGIL_SECOND_OPINION",
+          default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1,
+          default_missing_value = "true")]
+    pub second_opinion: bool,
+
     /// The REST API.
     #[command(flatten)]
     pub api: ApiArgs,
@@ -786,6 +801,10 @@ impl ServeArgs {
                 id: self.replica_id.clone().unwrap_or_else(default_replica_id),
                 node: self.node_name.clone().filter(|node| !node.is_empty()),
                 lease: Duration::from_secs(u64::from(self.claim_lease)),
+                safeguards: vigil_store::ReplicaSafeguards {
+                    brake: self.replica_brake,
+                    second_opinion: self.second_opinion,
+                },
             },
         })
     }

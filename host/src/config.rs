@@ -92,6 +92,8 @@ pub struct ReplicaConfig {
     pub node: Option<String>,
     /// `VIGIL_CLAIM_LEASE`: the shortest claim.
     pub lease: Duration,
+    /// `VIGIL_REPLICA_BRAKE` and `VIGIL_SECOND_OPINION`.
+    pub safeguards: vigil_store::ReplicaSafeguards,
 }
 
 /// How long discovery waits for file changes to settle before re-reading.

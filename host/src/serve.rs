@@ -559,6 +559,7 @@ async fn run<P: Prober>(
 
     let mut settings = WorkerSettings::new(config.defaults, config.brake, config.concurrency);
     settings.brake_window_explicit = config.brake_window_explicit;
+    settings.replica_safeguards = config.replica.safeguards;
     let mut worker = Worker::new(store.clone(), prober, settings).with_metrics(metrics.clone());
     let shared = store.backend() == Backend::Postgres;
     if shared {

@@ -403,6 +403,11 @@ struct Ready {
     /// share the fleet.
     #[serde(skip_serializing_if = "Option::is_none")]
     claims: Option<u64>,
+    /// Whether this replica considers itself cut off: its own recent probes fail while
+    /// the other replicas' succeed. It then probes only a few canaries, and its failures
+    /// are not counted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cut_off: Option<bool>,
     /// Why vigil is not ready, one line each; empty when it is.
     reasons: Vec<String>,
 }
@@ -421,9 +426,12 @@ async fn readyz(State(state): State<ApiState>) -> Response {
     let discovered = state.readiness.discovered.load(Ordering::Acquire);
     let caught_up = state.readiness.caught_up(&state.store).await;
     let write_failure = state.readiness.writes.failing();
-    let claims = match &state.readiness.replica {
-        Some(replica) => state.store.claims_held(replica).await.ok(),
-        None => None,
+    let (claims, cut_off) = match &state.readiness.replica {
+        Some(replica) => (
+            state.store.claims_held(replica).await.ok(),
+            state.store.replica_cut_off(replica).await.ok(),
+        ),
+        None => (None, None),
     };
     let mut reasons = Vec::new();
     if !database {
@@ -452,6 +460,7 @@ async fn readyz(State(state): State<ApiState>) -> Response {
         brake_holding: brake.is_ok_and(|b| b.verdict.holds()),
         replica: state.readiness.replica.clone(),
         claims,
+        cut_off,
         reasons,
     };
     let status = if ready.ready {

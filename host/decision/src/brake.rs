@@ -7,8 +7,8 @@
 //! nothing goes OFFLINE and nothing cascades.
 //!
 //! [`evaluate`] is a pure function of the fleet's latest conclusive outcomes.
-//! It takes a grouping key so that a later version can brake per zone or per
-//! replica; today the engine uses one group for the whole fleet.
+//! It takes a grouping key: the engine brakes the whole fleet, and, when replicas share
+//! it, each replica on its own outcomes (docs/rules.md#replicas-second-opinion).
 
 use std::collections::BTreeMap;
 
@@ -65,7 +65,7 @@ pub fn needs_assessment(
 /// The latest conclusive outcome of one cluster, as the brake sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FleetSample<K> {
-    /// The group the cluster belongs to (the whole fleet today).
+    /// The group the cluster belongs to (the whole fleet, or a replica).
     pub group: K,
     /// Whether that outcome was a failure (`unhealthy`).
     pub failed: bool,

@@ -28,6 +28,6 @@ pub use status::{
 };
 pub use time::Timestamp;
 pub use transition::{
-    Cascade, Decision, HealthEvent, NotCounted, PROBE_STALE_AFTER, ProbeInput, counts_as_failure,
-    decide, set_drain_blocked, set_probing_disabled,
+    Cascade, Decision, HealthEvent, NotCounted, PROBE_STALE_AFTER, ProbeInput, ReplicaView,
+    SecondOpinion, counts_as_failure, decide, set_drain_blocked, set_probing_disabled,
 };

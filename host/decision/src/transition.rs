@@ -29,6 +29,39 @@ pub struct ProbeInput<'a> {
     pub brake: BrakeVerdict,
     /// The apps assigned to this cluster (apps of other clusters are ignored).
     pub apps: &'a [AppView],
+    /// What the replicas sharing the fleet say of this outcome (the default: one engine).
+    pub replicas: ReplicaView,
+}
+
+/// How the replicas sharing a fleet bear on one probe's outcome
+/// (docs/rules.md#replicas-second-opinion). One engine alone has the default: nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ReplicaView {
+    /// The replica that probed is cut off: its own recent outcomes fail while the other
+    /// replicas' succeed (its brake holds). Its failures are not counted.
+    pub cut_off: bool,
+    /// Whether the failure that would take the cluster OFFLINE needs another replica.
+    pub opinion: SecondOpinion,
+}
+
+/// Whether a failure that reaches the threshold needs a second opinion
+/// (docs/rules.md#replicas-second-opinion).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum SecondOpinion {
+    /// One replica, or no other eligible one: failures take the cluster OFFLINE as they
+    /// come.
+    #[default]
+    NotRequired,
+    /// Another eligible replica exists: the failure that takes the cluster OFFLINE must
+    /// come from another replica than the previous counted failure.
+    Required {
+        /// This failure comes from another replica than the previous counted failure.
+        confirms: bool,
+        /// No other replica gave a conclusive outcome within an interval and a lease of
+        /// the previous counted failure: the failure counts anyway, unconfirmed.
+        waited_out: bool,
+    },
 }
 
 /// What a confirmed transition does to the apps of the cluster.
@@ -65,6 +98,8 @@ pub enum NotCounted {
     /// A failure was already counted less than half an interval ago
     /// (docs/rules.md#failure-spacing).
     Spacing,
+    /// The replica that probed is cut off (docs/rules.md#replicas-second-opinion).
+    ReplicaCutOff,
 }
 
 /// Something worth recording in the cluster's history.
@@ -87,6 +122,17 @@ pub enum HealthEvent {
         /// What failed.
         class: ReasonClass,
     },
+    /// A failure reached the threshold, but the cluster stays as it is until another
+    /// replica confirms it (docs/rules.md#replicas-second-opinion).
+    AwaitingSecondOpinion {
+        /// Consecutive counted failures, this one included.
+        count: u32,
+        /// The policy's failure threshold.
+        threshold: u32,
+    },
+    /// The transition that follows was made without another replica's confirmation: none
+    /// gave a conclusive outcome in time (docs/rules.md#replicas-second-opinion).
+    TransitionUnconfirmed,
     /// A failure was seen but not counted.
     FailureNotCounted {
         /// Why.
@@ -362,6 +408,8 @@ impl Step {
             .plus_secs(i64::from(policy.start_period_seconds));
         let not_counted = if input.brake.holds() {
             Some(NotCounted::Brake)
+        } else if input.replicas.cut_off {
+            Some(NotCounted::ReplicaCutOff)
         } else if health.last_success.is_none() && self.now < start_period_ends {
             Some(NotCounted::StartPeriod)
         } else if health
@@ -389,6 +437,23 @@ impl Step {
         });
         if count < threshold {
             return Cascade::None;
+        }
+        if self.health.status != ClusterStatus::Offline {
+            match input.replicas.opinion {
+                SecondOpinion::NotRequired | SecondOpinion::Required { confirms: true, .. } => {}
+                SecondOpinion::Required {
+                    confirms: false,
+                    waited_out: true,
+                } => self.events.push(HealthEvent::TransitionUnconfirmed),
+                SecondOpinion::Required {
+                    confirms: false,
+                    waited_out: false,
+                } => {
+                    self.events
+                        .push(HealthEvent::AwaitingSecondOpinion { count, threshold });
+                    return Cascade::None;
+                }
+            }
         }
 
         match self.health.status {

@@ -26,7 +26,8 @@ use vigil_decision::ProbedBy;
 use vigil_domain::probe::{ProbeTarget, Probed, Prober, error_chain, wall_clock};
 use vigil_domain::reference::{self, Reference, Resolution};
 use vigil_store::{
-    AppliedProbe, ApplySettings, Claim, ClusterRecord, Lease, ProbeResult, Store, StoreError,
+    AppliedProbe, ApplySettings, Claim, ClusterRecord, Lease, ProbeResult, ReplicaSafeguards,
+    Store, StoreError,
 };
 /// The worker's settings (from `CLUSTER_HEALTH_*`).
 #[derive(Debug, Clone, Copy)]
@@ -44,6 +45,8 @@ pub struct WorkerSettings {
     /// Whether the brake window was set explicitly; otherwise it widens to the
     /// largest effective interval of the fleet.
     pub brake_window_explicit: bool,
+    /// Among replicas, the safeguards against a replica that is itself cut off.
+    pub replica_safeguards: ReplicaSafeguards,
 }
 
 impl WorkerSettings {
@@ -56,6 +59,7 @@ impl WorkerSettings {
             grace: Duration::from_secs(1),
             max_idle: Duration::from_secs(1),
             brake_window_explicit: false,
+            replica_safeguards: ReplicaSafeguards::default(),
         }
     }
 }
@@ -67,6 +71,7 @@ impl WorkerSettings {
             defaults: self.defaults,
             brake: self.brake,
             brake_window_explicit: self.brake_window_explicit,
+            replicas: self.replica_safeguards,
         }
     }
 }
@@ -435,6 +440,19 @@ impl<P: Prober> Worker<P> {
             return Ok(due.into_iter().map(|cluster| (cluster, None)).collect());
         };
         let timeout = Duration::from_secs(u64::from(self.settings.defaults.timeout_seconds));
+        // A replica cut off from the clusters (its own probes fail while the others'
+        // succeed) leaves the fleet to the others, but for a few canaries that tell it
+        // when it reaches clusters again.
+        let free = if self.store.replica_cut_off(&sharing.replica).await? {
+            CANARIES
+                .saturating_sub(lock(&self.in_flight).len())
+                .min(free)
+        } else {
+            free
+        };
+        if free == 0 {
+            return Ok(Vec::new());
+        }
         let claimed = self
             .store
             .claim_due(&sharing.replica, excluded, free, sharing.lease, timeout)
@@ -562,6 +580,10 @@ struct ProbeJob<P> {
     /// The claim it probes under, when replicas share the fleet.
     claim: Option<Claim>,
 }
+
+/// How many probes a cut-off replica keeps in flight: enough to tell when it reaches the
+/// clusters again, too few to matter to the fleet.
+const CANARIES: usize = 2;
 
 /// The most probe results one transaction writes.
 const MAX_BATCH: usize = 128;
@@ -1148,6 +1170,18 @@ fn log_applied(applied: &AppliedProbe, outcome: &ProbeOutcome) {
             }
             HealthEvent::FailureNotCounted { why, class } => {
                 info!(cluster, ?why, %class, "failure not counted");
+            }
+            HealthEvent::AwaitingSecondOpinion { count, threshold } => {
+                info!(
+                    cluster,
+                    count, threshold, "failure at the threshold awaits another replica's opinion"
+                );
+            }
+            HealthEvent::TransitionUnconfirmed => {
+                warn!(
+                    cluster,
+                    "no other replica confirmed the failure in time: the transition is unconfirmed"
+                );
             }
             HealthEvent::AppsDegraded { apps } => {
                 warn!(

@@ -28,6 +28,9 @@ pub struct Claim {
     pub replica: String,
     /// The claim's epoch: the cluster's count of claims when it was taken.
     pub epoch: i64,
+    /// The shortest lease of the replica's claims, in milliseconds: how long, beyond an
+    /// interval, a failure waits for another replica's opinion.
+    pub lease_millis: i64,
 }
 
 /// A cluster claimed for a probe.
@@ -69,7 +72,9 @@ fn unsupported(what: &'static str) -> StoreError {
 
 impl Store {
     /// Claims up to `limit` clusters due now for `replica`, most overdue first, other than
-    /// `excluded` and other than those another replica holds. Each claim lasts the lease:
+    /// `excluded` and other than those another replica holds, nor, for one lease, those
+    /// whose last counted failure is this replica's while another eligible replica lives
+    /// (the second opinion must come from another). Each claim lasts the lease:
     /// at least `lease.minimum`, and the cluster's probe timeout plus `lease.margin`.
     pub async fn claim_due(
         &self,
@@ -90,6 +95,12 @@ impl Store {
                COALESCE((policy::jsonb->>'timeout_seconds')::bigint * 1000, $4) + $5) \
              WHERE id IN (SELECT id FROM clusters WHERE ignored = 0 AND next_due <= {DB_NOW} \
                AND (claim_expires IS NULL OR claim_expires <= {DB_NOW}) \
+               AND NOT COALESCE(last_counted_failure_by = $1 \
+                 AND last_counted_failure > {DB_NOW} - $3 \
+                 AND EXISTS (SELECT 1 FROM replicas r WHERE r.id <> $1 \
+                   AND r.heartbeat > {DB_NOW} - $7 \
+                   AND NOT EXISTS (SELECT 1 FROM brake_state b \
+                     WHERE b.group_key = 'replica:' || r.id AND b.holding = 1)), FALSE) \
                AND id NOT IN ({ids}) \
                ORDER BY next_due, id LIMIT $6 FOR UPDATE SKIP LOCKED) \
              RETURNING {CLUSTER_COLUMNS}, claim_epoch"
@@ -101,6 +112,7 @@ impl Store {
             .bind(millis(default_timeout))
             .bind(millis(lease.margin))
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .bind(super::HEARTBEAT_LIFETIME_MILLIS)
             .fetch_all(&self.pool)
             .await
             .map_err(query_error("claiming due clusters"))?;
@@ -110,6 +122,7 @@ impl Store {
                 claim: Claim {
                     replica: replica.to_owned(),
                     epoch: row.claim_epoch,
+                    lease_millis: millis(lease.minimum),
                 },
                 record: ClusterRecord::try_from(row.row)?,
             });
@@ -151,6 +164,7 @@ impl Store {
         Ok(epoch.map(|epoch| Claim {
             replica: replica.to_owned(),
             epoch,
+            lease_millis: millis(lease.minimum),
         }))
     }
 
@@ -168,6 +182,21 @@ impl Store {
         .await
         .map_err(query_error("releasing claims"))?;
         Ok(done.rows_affected())
+    }
+
+    /// Whether `replica` is cut off: its own recent outcomes fail while the other
+    /// replicas' do not (its brake holds).
+    pub async fn replica_cut_off(&self, replica: &str) -> Result<bool, StoreError> {
+        if self.backend != Backend::Postgres {
+            return Ok(false);
+        }
+        let holding: Option<i64> =
+            sqlx::query_scalar("SELECT holding FROM brake_state WHERE group_key = $1")
+                .bind(super::replica_group(replica))
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(query_error("reading a replica's brake"))?;
+        Ok(holding.is_some_and(|holding| holding != 0))
     }
 
     /// How many claims `replica` holds now.

@@ -35,8 +35,8 @@ use vigil_decision::brake::{self, BrakeAssessment};
 use vigil_decision::{
     AppId, AppStatus, AppView, BrakeConfig, BrakeVerdict, Cascade, ClusterHealth, ClusterId,
     ClusterStatus, Condition, Decision, HealthEvent, HealthPolicy, NotCounted, OutageId,
-    PolicyOverrides, ProbeInput, ProbeOutcome, ProbedBy, Timestamp, counts_as_failure, decide,
-    set_probing_disabled,
+    PolicyOverrides, ProbeInput, ProbeOutcome, ProbedBy, ReplicaView, SecondOpinion, Timestamp,
+    counts_as_failure, decide, set_probing_disabled,
 };
 
 /// A transaction of the store, on either backend.
@@ -697,6 +697,29 @@ pub struct ApplySettings {
     /// Whether `brake.window_millis` was set explicitly. Otherwise the window
     /// is the largest effective interval of the fleet (docs/rules.md#brake).
     pub brake_window_explicit: bool,
+    /// Among replicas, the safeguards against a replica that is itself cut off.
+    pub replicas: ReplicaSafeguards,
+}
+
+/// What keeps a replica that is itself cut off from calling outages
+/// (docs/rules.md#replicas-second-opinion); both on unless switched off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplicaSafeguards {
+    /// A replica's own brake: its failures are not counted while its outcomes fail and
+    /// the other replicas' do not (`VIGIL_REPLICA_BRAKE`).
+    pub brake: bool,
+    /// The failure that takes a cluster OFFLINE must come from another replica than the
+    /// previous counted failure, while one could give it (`VIGIL_SECOND_OPINION`).
+    pub second_opinion: bool,
+}
+
+impl Default for ReplicaSafeguards {
+    fn default() -> Self {
+        Self {
+            brake: true,
+            second_opinion: true,
+        }
+    }
 }
 
 /// What [`Store::apply_probe`] did.
@@ -2125,6 +2148,16 @@ async fn save_health(
 /// The brake's state; with `lock`, its row stays locked until the transaction ends (on
 /// PostgreSQL: two replicas counting failures at once then count one after the other).
 async fn brake_state_in_tx(conn: &mut AnyConnection, lock: bool) -> Result<BrakeState, StoreError> {
+    group_brake_in_tx(conn, FLEET_GROUP, lock).await
+}
+
+/// The brake of group `group` (the fleet's is [`FLEET_GROUP`], a replica's
+/// [`replica_group`]); with `lock`, its row stays locked until the transaction ends.
+async fn group_brake_in_tx(
+    conn: &mut AnyConnection,
+    group: &str,
+    lock: bool,
+) -> Result<BrakeState, StoreError> {
     let lock = if lock {
         Backend::of(conn).lock_for_update()
     } else {
@@ -2135,7 +2168,7 @@ async fn brake_state_in_tx(conn: &mut AnyConnection, lock: bool) -> Result<Brake
             "SELECT holding, since, released_at, suppressed FROM brake_state \
              WHERE group_key = $1{lock}"
         )))
-        .bind(FLEET_GROUP)
+        .bind(group)
         .fetch_optional(&mut *conn)
         .await
         .map_err(query_error("reading the brake"))?;
@@ -2160,6 +2193,19 @@ async fn brake_state_in_tx(conn: &mut AnyConnection, lock: bool) -> Result<Brake
 }
 
 async fn save_brake(tx: &mut Tx, verdict: BrakeVerdict) -> Result<(), StoreError> {
+    save_group_brake(tx, FLEET_GROUP, verdict).await
+}
+
+/// The brake group of one replica: its own outcomes, judged against the others'.
+pub(crate) fn replica_group(replica: &str) -> String {
+    format!("replica:{replica}")
+}
+
+async fn save_group_brake(
+    tx: &mut Tx,
+    group: &str,
+    verdict: BrakeVerdict,
+) -> Result<(), StoreError> {
     let (holding, since, released) = match verdict {
         BrakeVerdict::Holding { since } => (true, Some(since.0), None),
         BrakeVerdict::Released { since } => (false, None, since.map(|t| t.0)),
@@ -2170,7 +2216,7 @@ async fn save_brake(tx: &mut Tx, verdict: BrakeVerdict) -> Result<(), StoreError
          since = COALESCE(excluded.since, brake_state.since), \
          released_at = COALESCE(excluded.released_at, brake_state.released_at)",
     )
-    .bind(FLEET_GROUP)
+    .bind(group)
     .bind(i64::from(holding))
     .bind(since)
     .bind(released)
@@ -2232,22 +2278,25 @@ async fn apply_probe_in_tx(
         mut next_due,
         claim,
     } = result;
+    let mut previous_counted_by: Option<String> = None;
     if let Some(claim) = claim {
         // Fencing: the result stands only under the claim it was probed under; a claim
         // that lapsed and was taken again has another epoch or another replica. The row
         // stays locked until the result is written.
-        let held: Option<(Option<String>, i64, i64)> =
+        let held: Option<(Option<String>, i64, i64, Option<String>)> =
             sqlx::query_as(sqlx::AssertSqlSafe(format!(
-                "SELECT claimed_by, claim_epoch, {} FROM clusters WHERE id = $1 FOR UPDATE",
+                "SELECT claimed_by, claim_epoch, {}, last_counted_failure_by FROM clusters \
+                 WHERE id = $1 FOR UPDATE",
                 claims::DB_NOW
             )))
             .bind(cluster.0)
             .fetch_optional(&mut **tx)
             .await
             .map_err(query_error("checking a claim"))?;
-        let Some((holder, epoch, database_now)) = held else {
+        let Some((holder, epoch, database_now, counted_by)) = held else {
             return Ok(None);
         };
+        previous_counted_by = counted_by;
         if holder.as_deref() != Some(claim.replica.as_str()) || epoch != claim.epoch {
             return Err(StoreError::StaleClaim { cluster: cluster.0 });
         }
@@ -2264,20 +2313,36 @@ async fn apply_probe_in_tx(
     let policy = settings.defaults.with_overrides(&record.policy);
     let failed = counts_as_failure(outcome, &policy);
 
-    // A result that may count a failure locks the brake's row before reading it.
-    let brake_before = brake_state_in_tx(tx, failed).await?.verdict;
+    // Among replicas: whether the one that probed is cut off, and whether this failure
+    // needs a second opinion.
+    let replicas = match claim {
+        Some(claim) if outcome.is_conclusive() => {
+            let config = brake_config(tx, settings).await?;
+            let judged = Judged {
+                cluster,
+                replica: &claim.replica,
+                failed,
+                now,
+                previous_counted_by: previous_counted_by.as_deref(),
+                last_counted_failure: record.health.last_counted_failure,
+                wait_millis: i64::from(policy.interval_seconds) * 1000 + claim.lease_millis,
+            };
+            replica_view(tx, &judged, &config, settings.replicas).await?
+        }
+        _ => ReplicaView::default(),
+    };
+    // A cut-off replica's failure is its own, not the fleet's: it is left out of the
+    // fleet's brake. A result that may count a failure locks the brake's row first.
+    let fleet_failed = failed && !replicas.cut_off;
+    let brake_before = brake_state_in_tx(tx, fleet_failed).await?.verdict;
     let assessment = if brake::needs_assessment(
         brake_before,
-        failed,
-        outcome.is_conclusive(),
+        fleet_failed,
+        outcome.is_conclusive() && !replicas.cut_off,
         &settings.brake,
     ) {
-        let config = if settings.brake_window_explicit {
-            settings.brake
-        } else {
-            settings.brake.for_fleet(largest_interval_millis(tx).await?)
-        };
-        evaluate_brake(tx, cluster, failed, now, &config, brake_before).await?
+        let config = brake_config(tx, settings).await?;
+        evaluate_brake(tx, cluster, fleet_failed, now, &config, brake_before).await?
     } else {
         None
     };
@@ -2296,6 +2361,7 @@ async fn apply_probe_in_tx(
             now,
             brake: brake_now,
             apps,
+            replicas,
         })
     };
     let mut decision = decide_with(&[]);
@@ -2412,12 +2478,55 @@ async fn apply_probe_in_tx(
             }
         )
     });
-    if suppressed_by_brake {
+    let suppressed_by_replica_brake = decision.events.iter().any(|e| {
+        matches!(
+            e,
+            HealthEvent::FailureNotCounted {
+                why: NotCounted::ReplicaCutOff,
+                ..
+            }
+        )
+    });
+    let suppressed_in = if suppressed_by_brake {
+        Some(FLEET_GROUP.to_owned())
+    } else if suppressed_by_replica_brake {
+        claim.map(|claim| replica_group(&claim.replica))
+    } else {
+        None
+    };
+    if let Some(group) = suppressed_in {
         sqlx::query("UPDATE brake_state SET suppressed = suppressed + 1 WHERE group_key = $1")
-            .bind(FLEET_GROUP)
+            .bind(group)
             .execute(&mut **tx)
             .await
             .map_err(query_error("counting a suppressed failure"))?;
+    }
+    if let Some(claim) = claim {
+        // Which replica's outcome the brake's input is, and which replica counted the
+        // last failure (a second opinion must come from another).
+        let counted = decision
+            .events
+            .iter()
+            .any(|e| matches!(e, HealthEvent::FailureCounted { .. }));
+        let counted_by = if counted {
+            Some(claim.replica.as_str())
+        } else if decision.health.last_counted_failure.is_none() {
+            None
+        } else {
+            previous_counted_by.as_deref()
+        };
+        sqlx::query(
+            "UPDATE clusters SET last_counted_failure_by = $1, \
+             latest_conclusive_by = CASE WHEN $2 THEN $3 ELSE latest_conclusive_by END \
+             WHERE id = $4",
+        )
+        .bind(counted_by)
+        .bind(outcome.is_conclusive())
+        .bind(claim.replica.as_str())
+        .bind(cluster.0)
+        .execute(&mut **tx)
+        .await
+        .map_err(query_error("recording which replica judged a cluster"))?;
     }
 
     let conclusive = outcome
@@ -2444,6 +2553,152 @@ async fn apply_probe_in_tx(
         brake: assessment,
         brake_before,
     }))
+}
+
+/// The brake's settings in force: the window widened to the fleet's largest interval
+/// unless it was set explicitly.
+async fn brake_config(tx: &mut Tx, settings: &ApplySettings) -> Result<BrakeConfig, StoreError> {
+    Ok(if settings.brake_window_explicit {
+        settings.brake
+    } else {
+        settings.brake.for_fleet(largest_interval_millis(tx).await?)
+    })
+}
+
+/// One replica's conclusive outcome on a cluster, as [`replica_view`] judges it.
+struct Judged<'a> {
+    cluster: ClusterId,
+    replica: &'a str,
+    failed: bool,
+    now: Timestamp,
+    /// The replica that counted the cluster's last failure, if one is counted.
+    previous_counted_by: Option<&'a str>,
+    last_counted_failure: Option<Timestamp>,
+    /// How long a failure waits for another replica's opinion: an interval and a lease.
+    wait_millis: i64,
+}
+
+/// How long a replica's heartbeat stays fresh: a replica whose last heartbeat is older is
+/// not eligible to confirm a failure.
+pub const HEARTBEAT_LIFETIME_MILLIS: i64 = 15_000;
+
+/// Whether the replica that probed is cut off (its own brake: its recent outcomes fail
+/// while the other replicas' do not), and whether its failure needs another replica's
+/// opinion (docs/rules.md#replicas-second-opinion). Updates the replica's brake.
+async fn replica_view(
+    tx: &mut Tx,
+    judged: &Judged<'_>,
+    config: &BrakeConfig,
+    safeguards: ReplicaSafeguards,
+) -> Result<ReplicaView, StoreError> {
+    let group = replica_group(judged.replica);
+    let before = group_brake_in_tx(tx, &group, true).await?.verdict;
+    let mut view = ReplicaView::default();
+    if safeguards.brake && (judged.failed || before.holds()) {
+        let window_start = judged.now.plus_millis(-config.window_millis.max(0));
+        // This replica's latest outcomes in the window, and the other replicas' (those
+        // whose own brake holds left out).
+        let (own, own_failed, others, others_failed): (i64, i64, i64, i64) = sqlx::query_as(
+            "SELECT \
+               COUNT(*) FILTER (WHERE latest_conclusive_by = $2), \
+               COUNT(*) FILTER (WHERE latest_conclusive_by = $2 AND latest_conclusive = 'failed'), \
+               COUNT(*) FILTER (WHERE latest_conclusive_by <> $2), \
+               COUNT(*) FILTER (WHERE latest_conclusive_by <> $2 AND latest_conclusive = 'failed') \
+             FROM clusters WHERE ignored = 0 AND id <> $1 AND latest_conclusive_at >= $3 \
+             AND latest_conclusive IS NOT NULL AND latest_conclusive_by IS NOT NULL \
+             AND ('replica:' || latest_conclusive_by) NOT IN \
+               (SELECT group_key FROM brake_state WHERE holding = 1 AND group_key <> $4)",
+        )
+        .bind(judged.cluster.0)
+        .bind(judged.replica)
+        .bind(window_start.0)
+        .bind(&group)
+        .fetch_one(&mut **tx)
+        .await
+        .map_err(query_error("counting the replicas' latest outcomes"))?;
+        let count = |n: i64| u32::try_from(n).unwrap_or(u32::MAX);
+        let own_assessment = brake::assess(
+            count(own).saturating_add(1),
+            count(own_failed).saturating_add(u32::from(judged.failed)),
+            before,
+            config,
+            judged.now,
+        );
+        // Cut off only while the others answer and are not failing as a whole: a fleet
+        // that fails everywhere is the fleet brake's to judge.
+        let others_fine = others > others_failed
+            && !brake::assess(
+                count(others),
+                count(others_failed),
+                BrakeVerdict::NEVER_ENGAGED,
+                config,
+                judged.now,
+            )
+            .verdict
+            .holds();
+        let verdict = match (before.holds(), own_assessment.verdict.holds()) {
+            (false, true) if !others_fine => before,
+            _ => own_assessment.verdict,
+        };
+        if verdict.holds() != before.holds() {
+            save_group_brake(tx, &group, verdict).await?;
+            let kind = if verdict.holds() {
+                "replica-cut-off"
+            } else {
+                "replica-reconnected"
+            };
+            insert_event(
+                tx,
+                judged.now,
+                None,
+                None,
+                kind,
+                &serde_json::json!({
+                    "replica": judged.replica,
+                    "considered": own_assessment.considered,
+                    "failed": own_assessment.failed,
+                }),
+                None,
+            )
+            .await?;
+        }
+        view.cut_off = verdict.holds();
+    }
+    if safeguards.second_opinion && judged.failed && !view.cut_off {
+        // The replica that counted the last failure, or this one for a first failure: a
+        // second opinion is required when another live, uncut replica, on another node
+        // when nodes are known, could give it.
+        let last = judged.previous_counted_by.unwrap_or(judged.replica);
+        let eligible: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT COUNT(*) FROM replicas r WHERE r.id <> $1 \
+             AND r.heartbeat > {now} - $2 \
+             AND NOT EXISTS (SELECT 1 FROM brake_state b \
+               WHERE b.group_key = 'replica:' || r.id AND b.holding = 1) \
+             AND (r.node IS NULL OR r.node IS DISTINCT FROM \
+               (SELECT node FROM replicas WHERE id = $1))",
+            now = claims::DB_NOW
+        )))
+        .bind(last)
+        .bind(HEARTBEAT_LIFETIME_MILLIS)
+        .fetch_one(&mut **tx)
+        .await
+        .map_err(query_error(
+            "counting the replicas that may confirm a failure",
+        ))?;
+        if eligible > 0 {
+            let confirms = judged
+                .previous_counted_by
+                .is_some_and(|previous| previous != judged.replica);
+            let waited_out = judged
+                .last_counted_failure
+                .is_some_and(|at| judged.now.millis_since(at) >= judged.wait_millis);
+            view.opinion = SecondOpinion::Required {
+                confirms,
+                waited_out,
+            };
+        }
+    }
+    Ok(view)
 }
 
 /// Re-evaluates the fleet's brake with this probe's outcome included.
@@ -2476,12 +2731,21 @@ async fn evaluate_brake(
     }
     // Counted by the database: one row comes back however large the fleet, rather than
     // every cluster's outcome for each failure while the brake is being decided.
-    let (others, others_failed): (i64, i64) = sqlx::query_as(
+    // Among replicas, the outcomes of a replica whose own brake holds (it is cut off)
+    // are left out: they say nothing about the fleet.
+    let without_cut_off = match Backend::of(tx) {
+        Backend::Sqlite => "",
+        Backend::Postgres => {
+            " AND (latest_conclusive_by IS NULL OR ('replica:' || latest_conclusive_by) \
+             NOT IN (SELECT group_key FROM brake_state WHERE holding = 1))"
+        }
+    };
+    let (others, others_failed): (i64, i64) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT COUNT(*), COALESCE(SUM(CASE WHEN latest_conclusive = 'failed' THEN 1 ELSE 0 END), 0) \
          FROM clusters \
          WHERE ignored = 0 AND id <> $1 AND latest_conclusive_at >= $2 \
-         AND latest_conclusive IS NOT NULL",
-    )
+         AND latest_conclusive IS NOT NULL{without_cut_off}"
+    )))
     .bind(cluster.0)
     .bind(window_start.0)
     .fetch_one(&mut **tx)

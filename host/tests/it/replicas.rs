@@ -43,15 +43,57 @@ struct Setup {
     dir: PathBuf,
     kubeconfigs: PathBuf,
     database_url: String,
+    /// Seconds between two probes of a cluster.
+    interval: u64,
+    /// Settings of every replica beside the common ones.
+    env: Vec<(&'static str, &'static str)>,
+}
+
+/// Where a replica runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Network {
+    /// Beside the fake clusters.
+    Shared,
+    /// In a network namespace of its own with only a loopback interface, where every
+    /// cluster refuses it; it still reaches PostgreSQL through its Unix socket.
+    CutOff,
 }
 
 impl Setup {
     fn start(&self, id: &str) -> Replica {
+        self.start_in(id, Network::Shared)
+    }
+
+    fn start_in(&self, id: &str, network: Network) -> Replica {
         let work = self.dir.join(id);
         std::fs::create_dir_all(&work).unwrap();
         let log = work.join(format!("vigil-{}.log", now_ms()));
-        let child = vigil(&work)
+        let mut command = vigil(&work);
+        if network == Network::CutOff {
+            // `unshare` execs the shell in the new namespace, which execs vigil: the
+            // child's pid is vigil's.
+            let program = command.get_program().to_owned();
+            command = std::process::Command::new("unshare");
+            command
+                .args([
+                    "--net",
+                    "--",
+                    "sh",
+                    "-c",
+                    "ip link set lo up && exec \"$0\" \"$@\"",
+                ])
+                .arg(program)
+                .current_dir(&work)
+                .env_clear()
+                .env("HOME", &work)
+                .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+                .env("VIGIL_LISTEN", "127.0.0.1:0")
+                .env("NO_COLOR", "1")
+                .stdin(std::process::Stdio::null());
+        }
+        let child = command
             .arg("serve")
+            .envs(self.env.iter().copied())
             .env("DATABASE_URL", &self.database_url)
             .env("KUBECONFIG_DIR", &self.kubeconfigs)
             .env("KUBECONFIG_PATH", "")
@@ -65,7 +107,7 @@ impl Setup {
             )
             .env("VIGIL_REPLICA_ID", id)
             .env("VIGIL_CLAIM_LEASE", "5")
-            .env("CLUSTER_HEALTH_INTERVAL", INTERVAL.to_string())
+            .env("CLUSTER_HEALTH_INTERVAL", self.interval.to_string())
             .env("CLUSTER_HEALTH_TIMEOUT", "2")
             .env("CLUSTER_HEALTH_FAILURE_THRESHOLD", "2")
             .env("RUST_LOG", "info,cranelift_codegen=warn,wasmtime=warn")
@@ -105,6 +147,26 @@ impl Setup {
 impl Replica {
     fn get(&self, path: &str) -> String {
         http_get(self.api.expect("started"), path)
+    }
+
+    /// A GET on the API of a replica in a network namespace of its own, from inside it.
+    fn get_inside(&self, path: &str) -> String {
+        let pid = self.child.as_ref().expect("running").id().to_string();
+        let address = self.api.expect("started");
+        let script = format!(
+            "exec 3<>/dev/tcp/{}/{} && printf 'GET {path} HTTP/1.1\\r\\nHost: 127.0.0.1\\r\\nConnection: close\\r\\n\\r\\n' >&3 && cat <&3",
+            address.ip(),
+            address.port()
+        );
+        let output = std::process::Command::new("nsenter")
+            .args(["--target", &pid, "--net", "--", "bash", "-c", &script])
+            .output()
+            .unwrap();
+        let response = String::from_utf8_lossy(&output.stdout).into_owned();
+        response
+            .split_once("\r\n\r\n")
+            .map(|(_, body)| body.to_owned())
+            .unwrap_or(response)
     }
 
     fn signal(&self, signal: &str) {
@@ -336,6 +398,8 @@ async fn three_replicas_share_a_fleet_with_no_double_probe_and_no_double_cascade
         dir: dir.path().to_path_buf(),
         kubeconfigs,
         database_url: database.url.clone(),
+        interval: INTERVAL,
+        env: Vec::new(),
     };
     let mut replicas: Vec<Replica> = ["r1", "r2", "r3"]
         .iter()
@@ -566,4 +630,176 @@ async fn three_replicas_share_a_fleet_with_no_double_probe_and_no_double_cascade
         }
     }
     store.close().await;
+}
+
+/// What a cut-off run gives: clusters OFFLINE without being down, apps degraded, and
+/// failures the cut-off replica's brake suppressed.
+struct CutOffRun {
+    false_outages: usize,
+    degraded_apps: usize,
+    suppressed: i64,
+    readyz: String,
+    /// The end of the cut-off replica's log.
+    log: String,
+}
+
+/// Two replicas probe 100 clusters normally (ONLINE, an app DEPLOYED on each); then a
+/// third starts cut off from every cluster, and runs for four intervals and a lease.
+async fn cut_off_run(safeguards: bool) -> CutOffRun {
+    const CLUSTERS: usize = 100;
+    const INTERVAL: u64 = 6;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfigs = dir.path().join("kubeconfigs");
+    let fleet = Fleet::builder()
+        .clusters(CLUSTERS)
+        .addresses(AddressPlan::Auto)
+        .log_capacity(16)
+        .start()
+        .await
+        .unwrap();
+    write_kubeconfigs(
+        fleet.clusters(),
+        &kubeconfigs,
+        &KubeconfigOptions {
+            shapes: ShapePlan::Only(KubeconfigShape::Embedded),
+            single_file: false,
+        },
+    )
+    .unwrap();
+    let database =
+        tokio::task::spawn_blocking(|| vigil_test_support::postgres::server().fresh_database())
+            .await
+            .unwrap();
+    let switch = if safeguards { "true" } else { "false" };
+    let setup = Setup {
+        dir: dir.path().to_path_buf(),
+        kubeconfigs,
+        database_url: database.url.clone(),
+        interval: INTERVAL,
+        env: vec![
+            ("VIGIL_REPLICA_BRAKE", switch),
+            ("VIGIL_SECOND_OPINION", switch),
+        ],
+    };
+    let store = Store::open(&database.url).await.unwrap();
+    let _healthy: Vec<Replica> = ["r1", "r2"].iter().map(|id| setup.start(id)).collect();
+    wait_until(
+        "every cluster ONLINE",
+        Duration::from_secs(180),
+        async || {
+            let statuses = statuses(&store).await;
+            statuses.len() == CLUSTERS && statuses.values().all(|s| *s == ClusterStatus::Online)
+        },
+    )
+    .await;
+    for cluster in fleet.clusters() {
+        let t = vigil_domain::probe::wall_clock();
+        let app = format!("{}-web", cluster.name());
+        store
+            .register_app(&app, cluster.name(), AppStatus::Deployed, t)
+            .await
+            .unwrap();
+    }
+    let cut_off = setup.start_in("r3", Network::CutOff);
+    tokio::time::sleep(Duration::from_secs(4 * INTERVAL + LEASE_SECONDS)).await;
+
+    let seen = statuses(&store).await;
+    let false_outages = seen
+        .values()
+        .filter(|s| **s != ClusterStatus::Online)
+        .count();
+    let degraded_apps = store
+        .apps()
+        .await
+        .unwrap()
+        .iter()
+        .filter(|app| app.status != AppStatus::Deployed)
+        .count();
+    let suppressed: Option<i64> =
+        sqlx::query_scalar("SELECT suppressed FROM brake_state WHERE group_key = 'replica:r3'")
+            .fetch_optional(store.pool())
+            .await
+            .unwrap();
+    let readyz = cut_off.get_inside("/readyz");
+    if safeguards {
+        // A cluster really down is still taken OFFLINE within the written bound —
+        // threshold × interval + lease + heartbeat lifetime — while the cut-off replica
+        // cannot confirm anything: first with both other replicas probing, then with one
+        // of them paused, so that every claim stays on the one left.
+        let bound = Duration::from_secs(2 * INTERVAL + LEASE_SECONDS + 15);
+        let healthy = _healthy;
+        for (phase, clusters) in [(0, 0..3), (1, 3..6)] {
+            if phase == 1 {
+                healthy[1].signal("-STOP");
+            }
+            let down: Vec<String> = fleet.clusters()[clusters.clone()]
+                .iter()
+                .map(|c| c.name().to_owned())
+                .collect();
+            let started = Instant::now();
+            for cluster in &fleet.clusters()[clusters] {
+                cluster.refuse().await.unwrap();
+            }
+            wait_until(
+                "clusters really down go OFFLINE",
+                bound + SLACK * 4,
+                async || {
+                    let statuses = statuses(&store).await;
+                    down.iter()
+                        .all(|name| statuses[name] == ClusterStatus::Offline)
+                },
+            )
+            .await;
+            let took = started.elapsed();
+            assert!(
+                took <= bound + SLACK * 2,
+                "phase {phase}: OFFLINE after {took:?}"
+            );
+        }
+        healthy[1].signal("-CONT");
+    }
+    store.close().await;
+    CutOffRun {
+        false_outages,
+        degraded_apps,
+        suppressed: suppressed.unwrap_or(0),
+        readyz,
+        log: tail(&cut_off.log),
+    }
+}
+
+/// A replica cut off from every cluster (its probes refused), beside two that reach them:
+/// no cluster goes OFFLINE, no app is degraded, its failures are suppressed, and it says
+/// it is cut off. The same run without the safeguards shows the false outages they
+/// prevent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_cut_off_from_the_clusters_calls_no_outage() {
+    let guarded = cut_off_run(true).await;
+    assert_eq!(guarded.false_outages, 0, "{}", guarded.readyz);
+    // (Measured before the six clusters really down were taken down.)
+    assert_eq!(guarded.degraded_apps, 0);
+    assert!(
+        guarded.suppressed > 0,
+        "the cut-off replica's failures are recorded as suppressed: {}\n{}",
+        guarded.readyz,
+        guarded.log
+    );
+    assert!(
+        guarded.readyz.contains("\"cut_off\":true"),
+        "{}",
+        guarded.readyz
+    );
+
+    let unguarded = cut_off_run(false).await;
+    assert!(
+        unguarded.false_outages > 0 && unguarded.degraded_apps > 0,
+        "without the safeguards the cut-off replica calls outages: {} OFFLINE, {} apps degraded",
+        unguarded.false_outages,
+        unguarded.degraded_apps
+    );
+    assert!(
+        unguarded.readyz.contains("\"cut_off\":false"),
+        "{}",
+        unguarded.readyz
+    );
 }

@@ -57,6 +57,9 @@ const SETTINGS: &[&str] = &[
     // Tests run in parallel, each with a pool of its own.
     "max_connections=300",
     "shared_buffers=32MB",
+    // Statement statistics, which the replica benchmark reads (`CREATE EXTENSION
+    // pg_stat_statements` in its database).
+    "shared_preload_libraries=pg_stat_statements",
 ];
 
 /// The supervising shell (`sh -c`; `$1` is the directory, the rest the `postgres` command).

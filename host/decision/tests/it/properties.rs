@@ -432,6 +432,7 @@ fn run(trace: &Trace) -> Result<(), TestCaseError> {
             now,
             brake,
             apps: &seen_apps,
+            replicas: Default::default(),
         });
         let after = &decision.health;
         let expected = model.probe(&step.outcome, policy, brake, now, &apps);
@@ -446,6 +447,7 @@ fn run(trace: &Trace) -> Result<(), TestCaseError> {
             now,
             brake,
             apps: &[],
+            replicas: Default::default(),
         });
         prop_assert_eq!(
             &without_apps.health,

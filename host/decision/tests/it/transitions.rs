@@ -21,10 +21,15 @@
 //!   `inconclusive[:class]`, or `disable` / `enable` for [`set_probing_disabled`], or
 //!   `drain` / `undrain` for [`set_drain_blocked`] (an audit with or without a
 //!   blocking finding).
-//! - *brake*: `-` (never engaged), `hold@T`, `rel@T` (released at T).
+//! - *brake*: `-` (never engaged), `hold@T`, `rel@T` (released at T), then what the
+//!   replicas say: `cut` (the replica that probed is cut off), `2nd` (a second opinion is
+//!   required and this failure does not give it), `2nd+` (it does: another replica than
+//!   the previous counted failure's), `2nd-waited` (none came within an interval and a
+//!   lease).
 //! - *cascade*: `-`, `degrade [ids]` or `restore OUTAGE [ids]`.
 //! - *events*: the failure and condition events in order — `counted(n/threshold)`,
-//!   `nc(brake|start|spacing)`, `+type` (condition set), `-type` (cleared) — or
+//!   `nc(brake|start|spacing|cut)`, `awaiting(n/threshold)`, `unconfirmed`, `+type`
+//!   (condition set), `-type` (cleared) — or
 //!   `-`. Status, degrade and restore events are checked against the state and
 //!   the cascade for every case instead of being written out.
 
@@ -35,8 +40,8 @@ use crate::time::{parse_time, show_time};
 use vigil_decision::{
     AppId, AppStatus, AppView, BrakeVerdict, Cascade, ClusterHealth, ClusterId, ClusterStatus,
     Condition, ConditionType, Decision, HealthEvent, HealthPolicy, NotCounted, OutageId,
-    ProbeInput, ProbeOutcome, ReasonClass, Timestamp, counts_as_failure, decide, set_drain_blocked,
-    set_probing_disabled,
+    ProbeInput, ProbeOutcome, ReasonClass, ReplicaView, SecondOpinion, Timestamp,
+    counts_as_failure, decide, set_drain_blocked, set_probing_disabled,
 };
 
 /// The cluster under test.
@@ -270,6 +275,40 @@ fn inconclusive() {
     );
 }
 
+/// Replicas sharing a fleet (docs/rules.md#replicas-second-opinion): a cut-off replica's
+/// failures are not counted, and the failure that takes a cluster OFFLINE must come from
+/// another replica than the previous counted failure while one could give it.
+#[test]
+fn replicas_cut_off_and_second_opinion() {
+    check(
+        r"
+        # one engine, or no other eligible replica: as ever
+        ONLINE f=1 last=700             | -    | unhealthy | 1000 | -          => OFFLINE f=2 last=1000   | degrade [1,2] | counted(2/2)
+        # a cut-off replica's failure is not counted
+        ONLINE f=1 last=700             | -    | unhealthy | 1000 | - cut      => ONLINE f=1 last=700     | -             | nc(cut)
+        ONLINE                          | ft=1 | unhealthy | 1000 | - cut      => ONLINE                  | -             | nc(cut)
+        # the fleet's brake comes first
+        ONLINE f=1 last=700             | -    | unhealthy | 1000 | hold@900 cut => ONLINE f=1 last=700   | -             | nc(brake)
+        # from the replica that counted the previous failure: counted, but the cluster waits
+        ONLINE f=1 last=700             | -    | unhealthy | 1000 | - 2nd      => ONLINE f=2 last=1000    | -             | counted(2/2) awaiting(2/2)
+        UNKNOWN f=1 last=700            | -    | unhealthy | 1000 | - 2nd      => UNKNOWN f=2 last=1000   | -             | counted(2/2) awaiting(2/2)
+        # another replica confirms it
+        ONLINE f=2 last=1000            | -    | unhealthy | 1200 | - 2nd+     => OFFLINE f=3 last=1200   | degrade [1,2] | counted(3/2)
+        ONLINE f=1 last=700             | -    | unhealthy | 1000 | - 2nd+     => OFFLINE f=2 last=1000   | degrade [1,2] | counted(2/2)
+        # no other replica gave an outcome in time: the failure counts anyway, unconfirmed
+        ONLINE f=2 last=1000            | -    | unhealthy | 1400 | - 2nd-waited => OFFLINE f=3 last=1400 | degrade [1,2] | counted(3/2) unconfirmed
+        # a threshold of 1 then needs a confirming failure
+        ONLINE                          | ft=1 | unhealthy | 1000 | - 2nd      => ONLINE f=1 last=1000    | -             | counted(1/1) awaiting(1/1)
+        ONLINE f=1 last=1000            | ft=1 | unhealthy | 1200 | - 2nd+     => OFFLINE f=2 last=1200   | degrade [1,2] | counted(2/1)
+        # below the threshold nothing waits; a success from any replica ends the streak
+        ONLINE                          | -    | unhealthy | 1000 | - 2nd      => ONLINE f=1 last=1000    | -             | counted(1/2)
+        ONLINE f=2 last=1000            | -    | healthy   | 1200 | - 2nd      => ONLINE ok=1200          | -             | -
+        # an OFFLINE cluster's further failures change nothing either way
+        OFFLINE f=2 last=1000 outage=9  | -    | unhealthy | 1200 | - 2nd      => OFFLINE f=3 last=1200 outage=9 | -      | counted(3/2)
+        ",
+    );
+}
+
 #[test]
 fn r5_brake() {
     check(
@@ -365,7 +404,7 @@ fn run_case(line: &str) -> Result<(), String> {
     let (health, apps) = parse_state(given)?;
     let policy = parse_policy(policy)?;
     let now = parse_time(at)?;
-    let brake = parse_brake(brake)?;
+    let (brake, replicas) = parse_brake_and_replicas(brake)?;
 
     let (decision, outcome) = match outcome {
         "drain" | "undrain" => {
@@ -393,6 +432,7 @@ fn run_case(line: &str) -> Result<(), String> {
                 now,
                 brake,
                 apps: &apps,
+                replicas,
             });
             if decision.health.last_probe != Some(now) {
                 return Err(format!(
@@ -545,8 +585,13 @@ fn render(decision: &Decision) -> String {
                     NotCounted::Brake => "brake",
                     NotCounted::StartPeriod => "start",
                     NotCounted::Spacing => "spacing",
+                    NotCounted::ReplicaCutOff => "cut",
                 }
             )),
+            HealthEvent::AwaitingSecondOpinion { count, threshold } => {
+                Some(format!("awaiting({count}/{threshold})"))
+            }
+            HealthEvent::TransitionUnconfirmed => Some("unconfirmed".to_owned()),
             HealthEvent::ConditionSet { condition } => Some(format!("+{}", condition.kind)),
             HealthEvent::ConditionCleared { kind } => Some(format!("-{kind}")),
             HealthEvent::StatusChanged { .. }
@@ -653,6 +698,26 @@ fn parse_outcome(text: &str) -> Result<ProbeOutcome, String> {
         },
         _ => return Err(format!("unknown outcome `{text}`")),
     })
+}
+
+fn parse_brake_and_replicas(text: &str) -> Result<(BrakeVerdict, ReplicaView), String> {
+    let mut words = text.split_whitespace();
+    let brake = parse_brake(words.next().unwrap_or("-"))?;
+    let mut replicas = ReplicaView::default();
+    for word in words {
+        let required = |confirms, waited_out| SecondOpinion::Required {
+            confirms,
+            waited_out,
+        };
+        match word {
+            "cut" => replicas.cut_off = true,
+            "2nd" => replicas.opinion = required(false, false),
+            "2nd+" => replicas.opinion = required(true, false),
+            "2nd-waited" => replicas.opinion = required(false, true),
+            other => return Err(format!("unknown replica word `{other}`")),
+        }
+    }
+    Ok((brake, replicas))
 }
 
 fn parse_brake(text: &str) -> Result<BrakeVerdict, String> {

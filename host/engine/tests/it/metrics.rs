@@ -315,6 +315,7 @@ async fn braked_fleet(store: &Store, metrics: &Metrics) {
             window_millis: 300_000,
         },
         brake_window_explicit: true,
+        replicas: Default::default(),
     };
     let mut ids: Vec<ClusterId> = Vec::new();
     // A name that needs escaping in the text format.

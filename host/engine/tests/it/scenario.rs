@@ -29,6 +29,7 @@ fn apply_settings() -> ApplySettings {
             window_millis: 300_000,
         },
         brake_window_explicit: false,
+        replicas: Default::default(),
     }
 }
 

@@ -52,7 +52,12 @@ CREATE TABLE clusters (
     -- result carries which claim it was probed under.
     claimed_by               TEXT,
     claim_epoch              BIGINT  NOT NULL DEFAULT 0,
-    claim_expires            BIGINT
+    claim_expires            BIGINT,
+    -- Which replica gave the latest conclusive outcome (a replica's own brake counts its
+    -- outcomes), and which counted the last failure (a second opinion must come from
+    -- another).
+    latest_conclusive_by     TEXT,
+    last_counted_failure_by  TEXT
 );
 
 CREATE INDEX clusters_due ON clusters (next_due) WHERE ignored = 0;

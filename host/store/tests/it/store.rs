@@ -18,6 +18,7 @@ fn settings() -> ApplySettings {
             window_millis: 300_000,
         },
         brake_window_explicit: false,
+        replicas: Default::default(),
     }
 }
 
