@@ -57,6 +57,8 @@ enum Network {
     /// In a network namespace of its own with only a loopback interface, where every
     /// cluster refuses it; it still reaches PostgreSQL through its Unix socket.
     CutOff,
+    /// The same, with every packet to a cluster's port dropped: its probes time out.
+    CutOffSilently,
 }
 
 impl Setup {
@@ -69,19 +71,20 @@ impl Setup {
         std::fs::create_dir_all(&work).unwrap();
         let log = work.join(format!("vigil-{}.log", now_ms()));
         let mut command = vigil(&work);
-        if network == Network::CutOff {
+        if network != Network::Shared {
+            let setup = match network {
+                Network::CutOffSilently => {
+                    "ip link set lo up && iptables -A OUTPUT -p tcp --dport 6443 -j DROP"
+                }
+                _ => "ip link set lo up",
+            };
             // `unshare` execs the shell in the new namespace, which execs vigil: the
             // child's pid is vigil's.
             let program = command.get_program().to_owned();
             command = std::process::Command::new("unshare");
             command
-                .args([
-                    "--net",
-                    "--",
-                    "sh",
-                    "-c",
-                    "ip link set lo up && exec \"$0\" \"$@\"",
-                ])
+                .args(["--net", "--", "sh", "-c"])
+                .arg(format!("{setup} && exec \"$0\" \"$@\""))
                 .arg(program)
                 .current_dir(&work)
                 .env_clear()
@@ -645,7 +648,7 @@ struct CutOffRun {
 
 /// Two replicas probe 100 clusters normally (ONLINE, an app DEPLOYED on each); then a
 /// third starts cut off from every cluster, and runs for four intervals and a lease.
-async fn cut_off_run(safeguards: bool) -> CutOffRun {
+async fn cut_off_run(safeguards: bool, network: Network) -> CutOffRun {
     const CLUSTERS: usize = 100;
     const INTERVAL: u64 = 6;
     let dir = tempfile::tempdir().unwrap();
@@ -700,7 +703,7 @@ async fn cut_off_run(safeguards: bool) -> CutOffRun {
             .await
             .unwrap();
     }
-    let cut_off = setup.start_in("r3", Network::CutOff);
+    let cut_off = setup.start_in("r3", network);
     tokio::time::sleep(Duration::from_secs(4 * INTERVAL + LEASE_SECONDS)).await;
 
     let seen = statuses(&store).await;
@@ -721,7 +724,7 @@ async fn cut_off_run(safeguards: bool) -> CutOffRun {
             .await
             .unwrap();
     let readyz = cut_off.get_inside("/readyz");
-    if safeguards {
+    if safeguards && network == Network::CutOff {
         // A cluster really down is still taken OFFLINE within the written bound —
         // threshold × interval + lease + heartbeat lifetime — while the cut-off replica
         // cannot confirm anything: first with both other replicas probing, then with one
@@ -774,7 +777,7 @@ async fn cut_off_run(safeguards: bool) -> CutOffRun {
 /// prevent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_cut_off_from_the_clusters_calls_no_outage() {
-    let guarded = cut_off_run(true).await;
+    let guarded = cut_off_run(true, Network::CutOff).await;
     assert_eq!(guarded.false_outages, 0, "{}", guarded.readyz);
     // (Measured before the six clusters really down were taken down.)
     assert_eq!(guarded.degraded_apps, 0);
@@ -790,12 +793,22 @@ async fn a_replica_cut_off_from_the_clusters_calls_no_outage() {
         guarded.readyz
     );
 
-    let unguarded = cut_off_run(false).await;
+    let unguarded = cut_off_run(false, Network::CutOff).await;
     assert!(
         unguarded.false_outages > 0 && unguarded.degraded_apps > 0,
         "without the safeguards the cut-off replica calls outages: {} OFFLINE, {} apps degraded",
         unguarded.false_outages,
         unguarded.degraded_apps
+    );
+    // Probes that time out instead of being refused: the same.
+    let silent = cut_off_run(true, Network::CutOffSilently).await;
+    assert_eq!(silent.false_outages, 0, "{}", silent.readyz);
+    assert_eq!(silent.degraded_apps, 0);
+    assert!(silent.suppressed > 0, "{}\n{}", silent.readyz, silent.log);
+    assert!(
+        silent.readyz.contains("\"cut_off\":true"),
+        "{}",
+        silent.readyz
     );
     assert!(
         unguarded.readyz.contains("\"cut_off\":false"),
