@@ -719,6 +719,11 @@ impl<P: Prober> ProbeJob<P> {
                 return ProbeEnd::Abandoned;
             }
         };
+        let outcome = if self.claim.is_some() {
+            unresolvable_here(&cluster, outcome)
+        } else {
+            outcome
+        };
         let elapsed = probing.elapsed();
         if let Some(metrics) = &self.metrics {
             metrics.record_probe(plugin_label(&cluster, by.as_ref()), &outcome, elapsed);
@@ -1057,6 +1062,36 @@ async fn probe_cluster<P: Prober>(
     }
 }
 
+/// Among replicas, a discovered cluster whose kubeconfig file this replica cannot find
+/// was discovered by another replica, which can: the cluster's reference is not broken,
+/// this replica only cannot probe it. Its outcome here is `inconclusive`, never
+/// `reference-broken` (replicas are meant to see the same files at the same paths; the
+/// message says which file is missing).
+fn unresolvable_here(cluster: &ClusterRecord, outcome: ProbeOutcome) -> ProbeOutcome {
+    let ProbeOutcome::NotProbeable {
+        class: ReasonClass::ReferenceBroken,
+        message,
+    } = &outcome
+    else {
+        return outcome;
+    };
+    if cluster.source != vigil_store::ClusterSource::Discovered {
+        return outcome;
+    }
+    match Reference::parse(&cluster.kubeconfig_secret_ref) {
+        Ok(Reference::File { path, .. }) if !std::path::Path::new(&path).exists() => {
+            ProbeOutcome::Inconclusive {
+                class: ReasonClass::ReferenceBroken,
+                message: format!(
+                    "this replica cannot read the kubeconfig another replica discovered \
+                     (every replica must see the same files at the same paths): {message}"
+                ),
+            }
+        }
+        _ => outcome,
+    }
+}
+
 /// The target a plugin is handed for `cluster`: its reference parsed and, for a file
 /// reference, resolved on the host (off the async threads, its kubeconfig under `roots`
 /// when given, within the probe's `timeout`); or the outcome that says why there is
@@ -1237,5 +1272,58 @@ mod tests {
             Duration::from_secs(240),
             "no overflow"
         );
+    }
+
+    fn cluster(reference: &str, source: vigil_store::ClusterSource) -> ClusterRecord {
+        ClusterRecord {
+            id: ClusterId(1),
+            name: "c".to_owned(),
+            endpoint: String::new(),
+            kubeconfig_secret_ref: reference.to_owned(),
+            source,
+            ignored: false,
+            plugin: None,
+            labels: Default::default(),
+            parameters: Default::default(),
+            policy: Default::default(),
+            health: vigil_decision::ClusterHealth::new(Timestamp(0)),
+            next_due: Timestamp(0),
+            last_outcome: None,
+            last_reason: None,
+            last_reason_class: None,
+            last_probed_by: None,
+        }
+    }
+
+    /// Among replicas, a discovered cluster whose file this replica cannot find is
+    /// inconclusive here; a file it reads but finds broken, a manual cluster, or any
+    /// other outcome stays as it is.
+    #[test]
+    fn a_kubeconfig_another_replica_discovered_and_this_one_cannot_find_is_inconclusive() {
+        use vigil_store::ClusterSource::{Discovered, Manual};
+        let dir = tempfile::tempdir().unwrap();
+        let present = dir.path().join("present.yaml");
+        std::fs::write(&present, "not a kubeconfig").unwrap();
+        let missing = dir.path().join("missing.yaml");
+        let broken = || ProbeOutcome::NotProbeable {
+            class: ReasonClass::ReferenceBroken,
+            message: "cannot read".to_owned(),
+        };
+        let reference = |path: &std::path::Path| format!("{}#ctx", path.display());
+        let here = unresolvable_here(&cluster(&reference(&missing), Discovered), broken());
+        assert!(
+            matches!(&here, ProbeOutcome::Inconclusive { class: ReasonClass::ReferenceBroken, message } if message.contains("cannot read")),
+            "{here:?}"
+        );
+        for (record, outcome) in [
+            (cluster(&reference(&present), Discovered), broken()),
+            (cluster(&reference(&missing), Manual), broken()),
+            (
+                cluster(&reference(&missing), Discovered),
+                ProbeOutcome::Healthy,
+            ),
+        ] {
+            assert_eq!(unresolvable_here(&record, outcome.clone()), outcome);
+        }
     }
 }

@@ -60,6 +60,7 @@ const TABLES: &[(&str, &[Column])] = &[
             Int("updated_at"),
             Text("last_plugin"),
             Int("last_plugin_generation"),
+            Int("transitions"),
         ],
     ),
     (
@@ -69,6 +70,7 @@ const TABLES: &[(&str, &[Column])] = &[
             Int("cluster_id"),
             Int("opened_at"),
             Int("closed_at"),
+            Int("transition"),
         ],
     ),
     (

@@ -2068,6 +2068,9 @@ struct OutcomeColumns<'a> {
     /// `failed` or `healthy` for a conclusive outcome, which the brake considers.
     conclusive: Option<&'static str>,
     by: Option<&'a ProbedBy>,
+    /// Among replicas (PostgreSQL): the replica that probed, and the one that counted the
+    /// cluster's last failure now.
+    judged_by: Option<(&'a str, Option<&'a str>)>,
 }
 
 /// Writes a cluster's health and next due time and, for a probe, its outcome: one
@@ -2086,13 +2089,24 @@ async fn save_health(
             what: "conditions",
             reason: e.to_string(),
         })?;
-    let outcome_columns = if probe.is_some() {
-        ", last_outcome = $13, last_reason = $14, last_reason_class = $15, \
-         latest_conclusive = COALESCE($16, latest_conclusive), \
-         latest_conclusive_at = CASE WHEN $17 IS NULL THEN latest_conclusive_at ELSE $18 END, \
-         last_plugin = $19, last_plugin_generation = $20"
-    } else {
-        ""
+    let outcome_columns = match &probe {
+        Some(OutcomeColumns {
+            judged_by: Some(_), ..
+        }) => {
+            ", last_outcome = $13, last_reason = $14, last_reason_class = $15, \
+             latest_conclusive = COALESCE($16, latest_conclusive), \
+             latest_conclusive_at = CASE WHEN $17 IS NULL THEN latest_conclusive_at ELSE $18 END, \
+             last_plugin = $19, last_plugin_generation = $20, \
+             last_counted_failure_by = $21, \
+             latest_conclusive_by = CASE WHEN $16 IS NULL THEN latest_conclusive_by ELSE $22 END"
+        }
+        Some(_) => {
+            ", last_outcome = $13, last_reason = $14, last_reason_class = $15, \
+             latest_conclusive = COALESCE($16, latest_conclusive), \
+             latest_conclusive_at = CASE WHEN $17 IS NULL THEN latest_conclusive_at ELSE $18 END, \
+             last_plugin = $19, last_plugin_generation = $20"
+        }
+        None => "",
     };
     // Writing the cluster's state ends any claim on it (PostgreSQL).
     let release = match Backend::of(tx) {
@@ -2122,6 +2136,7 @@ async fn save_health(
         outcome,
         conclusive,
         by,
+        judged_by,
     }) = probe
     {
         query = query
@@ -2133,6 +2148,9 @@ async fn save_health(
             .bind(now.0)
             .bind(by.map(|by| by.plugin.as_str()))
             .bind(by.map(|by| i64::try_from(by.generation).unwrap_or(i64::MAX)));
+        if let Some((replica, counted_by)) = judged_by {
+            query = query.bind(counted_by).bind(replica);
+        }
     }
     query
         .execute(&mut **tx)
@@ -2402,15 +2420,37 @@ async fn apply_probe_in_tx(
         save_brake(tx, assessment.verdict).await?;
     }
 
+    // A confirmed transition takes the cluster's next transition number, under the row's
+    // lock: its outage carries it, and a second outage with the same number is refused.
+    let transition: Option<i64> = if decision
+        .events
+        .iter()
+        .any(|e| matches!(e, HealthEvent::StatusChanged { .. }))
+    {
+        Some(
+            sqlx::query_scalar(
+                "UPDATE clusters SET transitions = transitions + 1 WHERE id = $1 \
+                 RETURNING transitions",
+            )
+            .bind(cluster.0)
+            .fetch_one(&mut **tx)
+            .await
+            .map_err(query_error("numbering a transition"))?,
+        )
+    } else {
+        None
+    };
     let mut opened_outage = None;
     match &decision.cascade {
         Cascade::None => {}
         Cascade::Degrade { apps } => {
             let outage: i64 = sqlx::query_scalar(
-                "INSERT INTO outages (cluster_id, opened_at) VALUES ($1, $2) RETURNING id",
+                "INSERT INTO outages (cluster_id, opened_at, transition) VALUES ($1, $2, $3) \
+                 RETURNING id",
             )
             .bind(cluster.0)
             .bind(now.0)
+            .bind(transition)
             .fetch_one(&mut **tx)
             .await
             .map_err(query_error("opening an outage"))?;
@@ -2457,7 +2497,12 @@ async fn apply_probe_in_tx(
         _ => None,
     });
     for event in &decision.events {
-        let (kind, detail) = event_parts(event);
+        let (kind, mut detail) = event_parts(event);
+        if let (HealthEvent::StatusChanged { .. }, Some(number), Some(fields)) =
+            (event, transition, detail.as_object_mut())
+        {
+            fields.insert("transition".to_owned(), serde_json::json!(number));
+        }
         insert_event(
             tx,
             now,
@@ -2501,9 +2546,9 @@ async fn apply_probe_in_tx(
             .await
             .map_err(query_error("counting a suppressed failure"))?;
     }
-    if let Some(claim) = claim {
-        // Which replica's outcome the brake's input is, and which replica counted the
-        // last failure (a second opinion must come from another).
+    // Among replicas: which replica's outcome the brake's input is, and which replica
+    // counted the last failure (a second opinion must come from another).
+    let judged_by = claim.map(|claim| {
         let counted = decision
             .events
             .iter()
@@ -2515,19 +2560,8 @@ async fn apply_probe_in_tx(
         } else {
             previous_counted_by.as_deref()
         };
-        sqlx::query(
-            "UPDATE clusters SET last_counted_failure_by = $1, \
-             latest_conclusive_by = CASE WHEN $2 THEN $3 ELSE latest_conclusive_by END \
-             WHERE id = $4",
-        )
-        .bind(counted_by)
-        .bind(outcome.is_conclusive())
-        .bind(claim.replica.as_str())
-        .bind(cluster.0)
-        .execute(&mut **tx)
-        .await
-        .map_err(query_error("recording which replica judged a cluster"))?;
-    }
+        (claim.replica.as_str(), counted_by)
+    });
 
     let conclusive = outcome
         .is_conclusive()
@@ -2542,6 +2576,7 @@ async fn apply_probe_in_tx(
             outcome,
             conclusive,
             by,
+            judged_by,
         }),
     )
     .await?;
@@ -2592,7 +2627,8 @@ async fn replica_view(
     safeguards: ReplicaSafeguards,
 ) -> Result<ReplicaView, StoreError> {
     let group = replica_group(judged.replica);
-    let before = group_brake_in_tx(tx, &group, true).await?.verdict;
+    // Locked only by a failure, which may engage it; a success only reads it.
+    let before = group_brake_in_tx(tx, &group, judged.failed).await?.verdict;
     let mut view = ReplicaView::default();
     if safeguards.brake && (judged.failed || before.holds()) {
         let window_start = judged.now.plus_millis(-config.window_millis.max(0));

@@ -331,6 +331,26 @@ async fn recovery_restores_exactly_the_apps_the_outage_degraded(db: Fresh) {
     let outages = store.outages("c").await.unwrap();
     assert_eq!(outages.len(), 1);
     assert_eq!(outages[0].closed_at, Some(t(200).0), "one success recovers");
+    // Each confirmed transition carries its number: UNKNOWN→ONLINE, ONLINE→OFFLINE (the
+    // outage's), OFFLINE→ONLINE.
+    let numbers: Vec<serde_json::Value> = store
+        .events(Some("c"))
+        .await
+        .unwrap()
+        .iter()
+        .filter(|e| e.kind == "status-changed")
+        .map(|e| {
+            serde_json::from_str::<serde_json::Value>(&e.detail).unwrap()["transition"].clone()
+        })
+        .collect();
+    assert_eq!(numbers, [1, 2, 3]);
+    let transition: Option<i64> =
+        sqlx::query_scalar("SELECT transition FROM outages WHERE id = $1")
+            .bind(outages[0].id)
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+    assert_eq!(transition, Some(2));
     let kinds: Vec<String> = store
         .events(Some("c"))
         .await
