@@ -94,10 +94,10 @@ fn the_demo_shows_an_outage_its_cascade_and_the_recovery() {
             .unwrap_or_else(|| panic!("no event {wanted:?} in:\n{}", output.join("\n")))
     };
     let offline =
-        position(r#"status-changed cluster=cluster-00002 {"from":"ONLINE","to":"OFFLINE"}"#);
+        position(r#"status-changed cluster=cluster-00002 {"from":"ONLINE","to":"OFFLINE","#);
     let degraded = position("apps-degraded cluster=cluster-00002");
     let online =
-        position(r#"status-changed cluster=cluster-00002 {"from":"OFFLINE","to":"ONLINE"}"#);
+        position(r#"status-changed cluster=cluster-00002 {"from":"OFFLINE","to":"ONLINE","#);
     let restored = position("apps-restored cluster=cluster-00002");
     assert!(
         offline < degraded && degraded < online && online < restored,
