@@ -373,14 +373,23 @@ async fn statuses(store: &Store) -> BTreeMap<String, ClusterStatus> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_replicas_share_a_fleet_with_no_double_probe_and_no_double_cascade() {
+/// A fake fleet of `clusters` (each keeping its last `log` requests) with one kubeconfig
+/// each, and a fresh database on the test server.
+async fn fleet_and_database(
+    clusters: usize,
+    log: usize,
+) -> (
+    tempfile::TempDir,
+    Fleet,
+    PathBuf,
+    vigil_test_support::postgres::PgDatabase,
+) {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfigs = dir.path().join("kubeconfigs");
     let fleet = Fleet::builder()
-        .clusters(CLUSTERS)
+        .clusters(clusters)
         .addresses(AddressPlan::Auto)
-        .log_capacity(64)
+        .log_capacity(log)
         .start()
         .await
         .unwrap();
@@ -397,6 +406,12 @@ async fn three_replicas_share_a_fleet_with_no_double_probe_and_no_double_cascade
         tokio::task::spawn_blocking(|| vigil_test_support::postgres::server().fresh_database())
             .await
             .unwrap();
+    (dir, fleet, kubeconfigs, database)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_share_a_fleet_with_no_double_probe_and_no_double_cascade() {
+    let (dir, fleet, kubeconfigs, database) = fleet_and_database(CLUSTERS, 64).await;
     let setup = Setup {
         dir: dir.path().to_path_buf(),
         kubeconfigs,
@@ -651,28 +666,7 @@ struct CutOffRun {
 async fn cut_off_run(safeguards: bool, network: Network) -> CutOffRun {
     const CLUSTERS: usize = 100;
     const INTERVAL: u64 = 6;
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfigs = dir.path().join("kubeconfigs");
-    let fleet = Fleet::builder()
-        .clusters(CLUSTERS)
-        .addresses(AddressPlan::Auto)
-        .log_capacity(16)
-        .start()
-        .await
-        .unwrap();
-    write_kubeconfigs(
-        fleet.clusters(),
-        &kubeconfigs,
-        &KubeconfigOptions {
-            shapes: ShapePlan::Only(KubeconfigShape::Embedded),
-            single_file: false,
-        },
-    )
-    .unwrap();
-    let database =
-        tokio::task::spawn_blocking(|| vigil_test_support::postgres::server().fresh_database())
-            .await
-            .unwrap();
+    let (dir, fleet, kubeconfigs, database) = fleet_and_database(CLUSTERS, 16).await;
     let switch = if safeguards { "true" } else { "false" };
     let setup = Setup {
         dir: dir.path().to_path_buf(),
