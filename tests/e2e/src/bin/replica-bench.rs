@@ -22,9 +22,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use vigil_decision::ClusterStatus;
 use vigil_e2e::fake_kube::FakeKubeProcess;
 use vigil_e2e::proc_stats::cpu_seconds;
 use vigil_store::Store;
+use vigil_test_support::postgres::PgServer;
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -183,29 +185,32 @@ struct Counters {
     commits: f64,
 }
 
-async fn counters(store: &Store) -> Counters {
-    let (statements, claim_ms, total_ms): (f64, f64, f64) = sqlx::query_as(
-        "SELECT COALESCE(SUM(calls), 0)::float8, \
-           COALESCE(SUM(total_exec_time) FILTER (WHERE query LIKE '%claimed_by = $1, claim_epoch%'), 0)::float8, \
-           COALESCE(SUM(total_exec_time), 0)::float8 \
-         FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())",
-    )
-    .fetch_one(store.pool())
-    .await
-    .expect("pg_stat_statements");
-    let (rows_written, commits): (f64, f64) = sqlx::query_as(
-        "SELECT (tup_inserted + tup_updated + tup_deleted)::float8, xact_commit::float8 \
-         FROM pg_stat_database WHERE datname = current_database()",
-    )
-    .fetch_one(store.pool())
-    .await
-    .expect("pg_stat_database");
+/// The counters, read with `psql` as the server's superuser (only the store speaks SQL
+/// through a client library).
+fn counters(server: &PgServer, database: &str) -> Counters {
+    let row = server.psql(
+        database,
+        "SELECT COALESCE(SUM(calls), 0), \
+           COALESCE(SUM(total_exec_time) FILTER (WHERE query LIKE '%claimed_by = $1, claim_epoch%'), 0), \
+           COALESCE(SUM(total_exec_time), 0), \
+           (SELECT tup_inserted + tup_updated + tup_deleted FROM pg_stat_database \
+              WHERE datname = current_database()), \
+           (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()) \
+         FROM pg_stat_statements \
+         WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())",
+    );
+    let values: Vec<f64> = row
+        .trim()
+        .split('|')
+        .map(|value| value.trim().parse().unwrap_or(0.0))
+        .collect();
+    let value = |i: usize| values.get(i).copied().unwrap_or(0.0);
     Counters {
-        statements,
-        claim_ms,
-        total_ms,
-        rows_written,
-        commits,
+        statements: value(0),
+        claim_ms: value(1),
+        total_ms: value(2),
+        rows_written: value(3),
+        commits: value(4),
     }
 }
 
@@ -244,10 +249,10 @@ async fn main() -> std::process::ExitCode {
     for &count in &options.replicas {
         let database = server.fresh_database();
         let store = Store::open(&database.url).await.expect("the store");
-        sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-            .execute(store.pool())
-            .await
-            .expect("pg_stat_statements");
+        server.psql(
+            &database.name,
+            "CREATE EXTENSION IF NOT EXISTS pg_stat_statements",
+        );
         let replicas: Vec<Running> = (0..count)
             .map(|i| {
                 let id = format!("r{i}");
@@ -262,13 +267,13 @@ async fn main() -> std::process::ExitCode {
             .collect();
         let deadline = Instant::now() + Duration::from_secs(600);
         loop {
-            let online: i64 = sqlx::query_scalar(
-                "SELECT COUNT(*) FROM clusters WHERE status = 'ONLINE' AND ignored = 0",
-            )
-            .fetch_one(store.pool())
-            .await
-            .unwrap_or(0);
-            if online >= i64::try_from(options.clusters).unwrap_or(i64::MAX) {
+            let online = store
+                .status_counts()
+                .await
+                .ok()
+                .and_then(|counts| counts.get(&ClusterStatus::Online).copied())
+                .unwrap_or(0);
+            if online >= options.clusters as u64 {
                 break;
             }
             if Instant::now() > deadline {
@@ -279,16 +284,13 @@ async fn main() -> std::process::ExitCode {
         }
         tokio::time::sleep(Duration::from_secs(options.interval)).await;
 
-        sqlx::query("SELECT pg_stat_statements_reset()")
-            .execute(store.pool())
-            .await
-            .expect("reset");
-        let before = counters(&store).await;
+        server.psql(&database.name, "SELECT pg_stat_statements_reset()");
+        let before = counters(server, &database.name);
         let probes_before: f64 = replicas.iter().map(probes).sum();
         let vigil_before: f64 = replicas.iter().map(|r| cpu_seconds(r.0.id())).sum();
         let server_before = server_cpu(&data_dir);
         tokio::time::sleep(Duration::from_secs(options.interval * options.intervals)).await;
-        let after = counters(&store).await;
+        let after = counters(server, &database.name);
         let probed = replicas.iter().map(probes).sum::<f64>() - probes_before;
         let vigil_cpu = replicas.iter().map(|r| cpu_seconds(r.0.id())).sum::<f64>() - vigil_before;
         let server_cpu = server_cpu(&data_dir) - server_before;
