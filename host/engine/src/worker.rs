@@ -495,9 +495,20 @@ impl<P: Prober> Worker<P> {
                 wait = wait.min(hold.until - now_instant);
             }
         }
-        if self.sharing.is_some() {
+        if let Some(sharing) = &self.sharing {
+            // A cut-off replica with its canaries in flight claims nothing more: its next
+            // look is when one of them ends, or after the longest idle wait.
+            if lock(in_flight).len() >= CANARIES
+                && self.store.replica_cut_off(&sharing.replica).await?
+            {
+                return Ok(wait);
+            }
             // Another replica's claim keeps its cluster from this one until it ends.
-            if let Some(claimable) = self.store.next_claimable_in(&skip).await? {
+            if let Some(claimable) = self
+                .store
+                .next_claimable_in(&sharing.replica, &skip, sharing.lease)
+                .await?
+            {
                 wait = wait.min(claimable);
             }
             return Ok(wait);

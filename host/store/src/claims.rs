@@ -214,12 +214,16 @@ impl Store {
         Ok(held.unsigned_abs())
     }
 
-    /// How long until a cluster other than `excluded` can be claimed (zero when one can
-    /// now): its next due time, or the end of another replica's claim on it, whichever is
-    /// later; `None` when there is no cluster.
+    /// How long until `replica` can claim a cluster other than `excluded` (zero when it
+    /// can now), as [`Self::claim_due`] judges it: the cluster's next due time, the end of
+    /// another replica's claim on it, and the end of the lease during which a cluster whose
+    /// last counted failure is this replica's waits for another replica — whichever is
+    /// latest; `None` when there is no cluster.
     pub async fn next_claimable_in(
         &self,
+        replica: &str,
         excluded: &[i64],
+        lease: Lease,
     ) -> Result<Option<Duration>, StoreError> {
         if self.backend != Backend::Postgres {
             return Err(unsupported("claims"));
@@ -227,10 +231,18 @@ impl Store {
         let excluded = serde_json::to_string(excluded).unwrap_or_else(|_| "[]".to_owned());
         let ids = self.backend.ids_of_json(1);
         let wait: Option<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-            "SELECT MIN(GREATEST(next_due, COALESCE(claim_expires, 0))) - {DB_NOW} \
+            "SELECT MIN(GREATEST(next_due, COALESCE(claim_expires, 0), \
+               CASE WHEN last_counted_failure_by = $2 AND EXISTS (SELECT 1 FROM replicas r \
+                 WHERE r.id <> $2 AND r.heartbeat > {DB_NOW} - $4 \
+                 AND NOT EXISTS (SELECT 1 FROM brake_state b \
+                   WHERE b.group_key = 'replica:' || r.id AND b.holding = 1)) \
+               THEN COALESCE(last_counted_failure, 0) + $3 ELSE 0 END)) - {DB_NOW} \
              FROM clusters WHERE ignored = 0 AND id NOT IN ({ids})"
         )))
         .bind(excluded)
+        .bind(replica)
+        .bind(millis(lease.minimum))
+        .bind(super::HEARTBEAT_LIFETIME_MILLIS)
         .fetch_one(&self.pool)
         .await
         .map_err(query_error("finding the next claimable cluster"))?;

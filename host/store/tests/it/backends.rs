@@ -796,3 +796,124 @@ async fn an_event_committed_after_a_later_id_still_reaches_a_resumed_reader() {
     assert_eq!(store.last_event_id().await.unwrap(), delivered[1].0);
     assert!(store.events_after(after, 100).await.unwrap().is_empty());
 }
+
+/// Claims among replicas: a claimed cluster is no other replica's until its claim lapses;
+/// a result is written only under its claim, and ends it; a lapsed claim taken by another
+/// replica makes the first one's result stale; a replica does not claim, for one lease, a
+/// cluster whose last counted failure is its own while another replica lives — and says
+/// so when asked how long to wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_fence_results_and_leave_a_counted_failure_to_another_replica() {
+    use vigil_store::Lease;
+    let db = Fresh::new(Backend::Postgres).await;
+    let store = &db.store;
+    let lease = Lease {
+        minimum: Duration::from_millis(1_500),
+        margin: Duration::ZERO,
+    };
+    let no_timeout = Duration::ZERO;
+    for name in ["a", "b", "c"] {
+        register(store, name).await;
+    }
+    store.heartbeat("r1", None).await.unwrap();
+    store.heartbeat("r2", None).await.unwrap();
+    // Registered clusters are due at once (at t(0), long past on the database's clock).
+    let first = store
+        .claim_due("r1", &[], 2, lease, no_timeout)
+        .await
+        .unwrap();
+    assert_eq!(first.len(), 2, "bounded by the free slots");
+    let rest = store
+        .claim_due("r2", &[], 10, lease, no_timeout)
+        .await
+        .unwrap();
+    assert_eq!(rest.len(), 1, "what r1 holds is not r2's");
+    assert!(
+        store
+            .claim_due("r2", &[], 10, lease, no_timeout)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(store.claims_held("r1").await.unwrap(), 2);
+    let wait = store
+        .next_claimable_in("r2", &[], lease)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        wait > Duration::from_millis(500),
+        "until r1's claims lapse: {wait:?}"
+    );
+
+    // r1 writes one result under its claim: written, and the claim ends.
+    let (written, lapsing) = (&first[0], &first[1]);
+    fn result<'a>(claimed: &'a vigil_store::Claimed, outcome: &'a ProbeOutcome) -> ProbeResult<'a> {
+        ProbeResult {
+            cluster: claimed.record.id,
+            outcome,
+            by: None,
+            now: t(100),
+            next_due: t(100),
+            claim: Some(&claimed.claim),
+        }
+    }
+    let failure = refused();
+    let applied = store
+        .apply_probes(&[result(written, &failure)], &settings())
+        .await
+        .unwrap();
+    assert!(matches!(&applied[0], Ok(Some(_))), "{applied:?}");
+    assert_eq!(store.claims_held("r1").await.unwrap(), 1);
+
+    // The failure r1 counted: for one lease r1 does not claim that cluster again while
+    // r2 lives, and knows how long to wait; r2 may.
+    sqlx::query("UPDATE clusters SET next_due = 0 WHERE id = $1")
+        .bind(written.record.id.0)
+        .execute(store.pool())
+        .await
+        .unwrap();
+    let again = store
+        .claim_due("r1", &[lapsing.record.id.0], 10, lease, no_timeout)
+        .await
+        .unwrap();
+    assert!(
+        again.is_empty(),
+        "r1 counted the cluster's last failure: {again:?}"
+    );
+    let wait = store
+        .next_claimable_in("r1", &[lapsing.record.id.0], lease)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(wait > Duration::ZERO, "r1 waits for the lease: {wait:?}");
+    let by_r2 = store
+        .claim_now("r2", written.record.id, lease, no_timeout)
+        .await
+        .unwrap();
+    assert!(by_r2.is_some());
+
+    // r1's other claim lapses and r2 takes the cluster: r1's late result is stale.
+    tokio::time::sleep(Duration::from_millis(1_700)).await;
+    let taken = store
+        .claim_due("r2", &[], 10, lease, no_timeout)
+        .await
+        .unwrap();
+    let ids: Vec<ClusterId> = taken.iter().map(|c| c.record.id).collect();
+    assert!(ids.contains(&lapsing.record.id), "{ids:?}");
+    let late = store
+        .apply_probes(&[result(lapsing, &ProbeOutcome::Healthy)], &settings())
+        .await
+        .unwrap();
+    assert!(
+        matches!(&late[0], Err(StoreError::StaleClaim { .. })),
+        "{late:?}"
+    );
+    let untouched = store.cluster(&lapsing.record.name).await.unwrap();
+    assert_eq!(
+        untouched.last_outcome, None,
+        "nothing of a stale result is written"
+    );
+    assert!(store.release_claims("r2").await.unwrap() >= 1);
+    assert_eq!(store.claims_held("r2").await.unwrap(), 0);
+}
