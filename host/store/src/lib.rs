@@ -2705,26 +2705,34 @@ async fn replica_view(
         // second opinion is required when another live, uncut replica, on another node
         // when nodes are known, could give it.
         let last = judged.previous_counted_by.unwrap_or(judged.replica);
-        let eligible: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-            "SELECT COUNT(*) FROM replicas r WHERE r.id <> $1 \
-             AND r.heartbeat > {now} - $2 \
-             AND NOT EXISTS (SELECT 1 FROM brake_state b \
-               WHERE b.group_key = 'replica:' || r.id AND b.holding = 1) \
-             AND (r.node IS NULL OR r.node IS DISTINCT FROM \
-               (SELECT node FROM replicas WHERE id = $1))",
+        // How many replicas could give the second opinion, and whether this replica runs
+        // on the node of the one that counted the last failure (then it is no other
+        // opinion).
+        let (eligible, same_node): (i64, i64) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT \
+               (SELECT COUNT(*) FROM replicas r WHERE r.id <> $1 \
+                 AND r.heartbeat > {now} - $2 \
+                 AND NOT EXISTS (SELECT 1 FROM brake_state b \
+                   WHERE b.group_key = 'replica:' || r.id AND b.holding = 1) \
+                 AND (r.node IS NULL OR r.node IS DISTINCT FROM \
+                   (SELECT node FROM replicas WHERE id = $1))), \
+               (SELECT COUNT(*) FROM replicas a, replicas b \
+                 WHERE a.id = $1 AND b.id = $3 AND a.id <> b.id AND a.node = b.node)",
             now = claims::DB_NOW
         )))
         .bind(last)
         .bind(HEARTBEAT_LIFETIME_MILLIS)
+        .bind(judged.replica)
         .fetch_one(&mut **tx)
         .await
         .map_err(query_error(
             "counting the replicas that may confirm a failure",
         ))?;
         if eligible > 0 {
-            let confirms = judged
-                .previous_counted_by
-                .is_some_and(|previous| previous != judged.replica);
+            let confirms = same_node == 0
+                && judged
+                    .previous_counted_by
+                    .is_some_and(|previous| previous != judged.replica);
             let waited_out = judged
                 .last_counted_failure
                 .is_some_and(|at| judged.now.millis_since(at) >= judged.wait_millis);

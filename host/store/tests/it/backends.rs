@@ -917,3 +917,64 @@ async fn claims_fence_results_and_leave_a_counted_failure_to_another_replica() {
     assert!(store.release_claims("r2").await.unwrap() >= 1);
     assert_eq!(store.claims_held("r2").await.unwrap(), 0);
 }
+
+/// Among replicas, the failure that takes a cluster OFFLINE must come from another
+/// replica — on another node, when nodes are known — than the previous counted failure:
+/// a replica on the same node only adds to the count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_opinion_comes_from_another_node() {
+    use vigil_store::Lease;
+    let db = Fresh::new(Backend::Postgres).await;
+    let store = &db.store;
+    let lease = Lease {
+        minimum: Duration::from_secs(30),
+        margin: Duration::ZERO,
+    };
+    let id = register(store, "c").await;
+    for (replica, node) in [("r1", "n1"), ("r2", "n1"), ("r3", "n2")] {
+        store.heartbeat(replica, Some(node)).await.unwrap();
+    }
+    let probe_by = async |replica: &str, outcome: ProbeOutcome| {
+        let claim = store
+            .claim_now(replica, id, lease, Duration::ZERO)
+            .await
+            .unwrap()
+            .unwrap();
+        let result = ProbeResult {
+            cluster: id,
+            outcome: &outcome,
+            by: None,
+            now: t(0),
+            next_due: t(60),
+            claim: Some(&claim),
+        };
+        let applied = store.apply_probes(&[result], &settings()).await.unwrap();
+        let applied = applied.into_iter().next().unwrap().unwrap().unwrap();
+        // The next failure comes a whole interval later, on the database's clock.
+        sqlx::query(
+            "UPDATE clusters SET last_counted_failure = last_counted_failure - 60000 \
+             WHERE id = $1",
+        )
+        .bind(id.0)
+        .execute(store.pool())
+        .await
+        .unwrap();
+        applied
+    };
+    probe_by("r1", ProbeOutcome::Healthy).await;
+    probe_by("r1", refused()).await;
+    let same_node = probe_by("r2", refused()).await;
+    assert_eq!(same_node.decision.health.status, ClusterStatus::Online);
+    assert!(
+        same_node
+            .decision
+            .events
+            .iter()
+            .any(|e| matches!(e, vigil_decision::HealthEvent::AwaitingSecondOpinion { .. })),
+        "{:?}",
+        same_node.decision.events
+    );
+    let other_node = probe_by("r3", refused()).await;
+    assert_eq!(other_node.decision.health.status, ClusterStatus::Offline);
+    assert_eq!(store.outages("c").await.unwrap().len(), 1);
+}
