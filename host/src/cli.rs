@@ -476,8 +476,8 @@ pub struct ServeArgs {
     pub node_name: Option<String>,
 
     /// Seconds a replica's claim on a cluster lasts at least (PostgreSQL); a claim also
-    /// lasts the cluster's probe timeout plus 15 s. A replica that dies loses its claims
-    /// after it.
+    /// lasts the cluster's probe timeout plus 16 s (its grace and the write). A replica
+    /// that dies loses its claims after it.
     #[arg(long = "claim-lease", env = "VIGIL_CLAIM_LEASE", value_name = "VIGIL_CLAIM_LEASE",
           default_value_t = 30, value_parser = clap::value_parser!(u32).range(5..=3600))]
     pub claim_lease: u32,
