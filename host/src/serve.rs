@@ -563,6 +563,7 @@ async fn run<P: Prober>(
     let mut worker = Worker::new(store.clone(), prober, settings).with_metrics(metrics.clone());
     let shared = store.backend() == Backend::Postgres;
     if shared {
+        metrics.set_replica(&config.replica.id, config.replica.node.as_deref());
         info!(replica = %config.replica.id, node = config.replica.node.as_deref().unwrap_or("-"),
               "sharing the fleet with the other replicas on this database");
         worker = worker.with_sharing(Sharing {

@@ -126,6 +126,14 @@ struct Recorded {
     tick_duration: Histogram,
     start_delay: Histogram,
     stale_results: Counter,
+    /// This replica's id and node, when replicas share the fleet.
+    replica: std::sync::OnceLock<(String, String)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ReplicaLabels {
+    replica: String,
+    node: String,
 }
 
 /// How long past its due time a cluster counts as overdue in `vigil_clusters_overdue`:
@@ -150,8 +158,18 @@ impl Metrics {
                 tick_duration: duration_histogram(),
                 start_delay: Histogram::new(DELAY_BUCKETS),
                 stale_results: Counter::default(),
+                replica: std::sync::OnceLock::new(),
             }),
         }
+    }
+
+    /// Names the replica these metrics are of (replicas sharing a fleet): scrapes then
+    /// carry `vigil_replica_info{replica,node}`. The first name given stays.
+    pub fn set_replica(&self, replica: &str, node: Option<&str>) {
+        let _ = self
+            .inner
+            .replica
+            .set((replica.to_owned(), node.unwrap_or_default().to_owned()));
     }
 
     /// Whether scrapes carry one series per cluster.
@@ -348,6 +366,22 @@ impl Metrics {
              none is)",
             oldest_gauge,
         );
+
+        if let Some((replica, node)) = self.inner.replica.get() {
+            let info = Family::<ReplicaLabels, Gauge>::default();
+            info.get_or_create(&ReplicaLabels {
+                replica: replica.clone(),
+                node: node.clone(),
+            })
+            .set(1);
+            registry.register(
+                "vigil_replica_info",
+                "1, labelled with the replica these metrics are of (and its node, when \
+                 VIGIL_NODE_NAME is set), when replicas share the fleet: every other series \
+                 but the fleet-wide counts is this replica's own",
+                info,
+            );
+        }
 
         let holding = Gauge::<i64>::default();
         holding.set(i64::from(brake.verdict.holds()));

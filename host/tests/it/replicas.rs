@@ -468,6 +468,11 @@ async fn three_replicas_share_a_fleet_with_no_double_probe_and_no_double_cascade
             .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
             .sum();
         assert!(probed > 100.0, "{} probed only {probed} times", replica.id);
+        let named = format!(
+            "vigil_replica_info{{replica=\"{}\",node=\"\"}} 1",
+            replica.id
+        );
+        assert!(text.contains(&named), "{} does not name itself", replica.id);
         assert_eq!(
             metric(&text, "vigil_clusters_overdue"),
             0.0,
