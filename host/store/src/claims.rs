@@ -322,20 +322,6 @@ impl Store {
         Ok(())
     }
 
-    /// The replicas whose heartbeat is younger than `lifetime`.
-    pub async fn live_replicas(&self, lifetime: Duration) -> Result<Vec<String>, StoreError> {
-        if self.backend != Backend::Postgres {
-            return Ok(Vec::new());
-        }
-        sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-            "SELECT id FROM replicas WHERE heartbeat > {DB_NOW} - $1 ORDER BY id"
-        )))
-        .bind(millis(lifetime))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(query_error("listing the replicas"))
-    }
-
     /// Fleet-wide, the clusters due for longer than `after` and how long the oldest of them
     /// has been due: orphans, when replicas should have probed them.
     pub async fn overdue(&self, after: Duration) -> Result<(u64, Duration), StoreError> {

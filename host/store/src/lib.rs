@@ -2335,7 +2335,6 @@ async fn apply_probe_in_tx(
     // needs a second opinion.
     let replicas = match claim {
         Some(claim) if outcome.is_conclusive() => {
-            let config = brake_config(tx, settings).await?;
             let judged = Judged {
                 cluster,
                 replica: &claim.replica,
@@ -2345,7 +2344,7 @@ async fn apply_probe_in_tx(
                 last_counted_failure: record.health.last_counted_failure,
                 wait_millis: i64::from(policy.interval_seconds) * 1000 + claim.lease_millis,
             };
-            replica_view(tx, &judged, &config, settings.replicas).await?
+            replica_view(tx, &judged, settings).await?
         }
         _ => ReplicaView::default(),
     };
@@ -2623,14 +2622,21 @@ pub const HEARTBEAT_LIFETIME_MILLIS: i64 = 15_000;
 async fn replica_view(
     tx: &mut Tx,
     judged: &Judged<'_>,
-    config: &BrakeConfig,
-    safeguards: ReplicaSafeguards,
+    settings: &ApplySettings,
 ) -> Result<ReplicaView, StoreError> {
+    let safeguards = settings.replicas;
     let group = replica_group(judged.replica);
     // Locked only by a failure, which may engage it; a success only reads it.
-    let before = group_brake_in_tx(tx, &group, judged.failed).await?.verdict;
+    let before = if safeguards.brake {
+        group_brake_in_tx(tx, &group, judged.failed).await?.verdict
+    } else {
+        BrakeVerdict::NEVER_ENGAGED
+    };
     let mut view = ReplicaView::default();
     if safeguards.brake && (judged.failed || before.holds()) {
+        // The window (read from the fleet's intervals) only when there is something to
+        // count: most results are successes of a replica that is not cut off.
+        let config = &brake_config(tx, settings).await?;
         let window_start = judged.now.plus_millis(-config.window_millis.max(0));
         // This replica's latest outcomes in the window, and the other replicas' (those
         // whose own brake holds left out).
