@@ -24,6 +24,8 @@ pub enum LogFormat {
 pub struct PluginConfig {
     /// The plugin directory.
     pub plugin_dir: PathBuf,
+    /// Whether the plugins built into the binary are loaded.
+    pub embedded: bool,
     /// The compiled-plugin cache; `None` when no location could be derived.
     pub cache_dir: Option<PathBuf>,
     /// Directories (besides the kubeconfig sources) under which credential files may lie.

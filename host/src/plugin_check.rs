@@ -140,6 +140,7 @@ pub async fn check(
         None
     };
     let runtime_settings = RuntimeSettings {
+        embedded: Vec::new(),
         plugin_dir: dir.path().to_path_buf(),
         cache_dir: settings.cache_dir.clone(),
         concurrency: 1,

@@ -265,26 +265,40 @@ async fn record_plugin_event(store: &Store, metrics: &Metrics, event: &PluginEve
     }
 }
 
-/// Loads the plugin directory, sized for `concurrency` probes at once. A missing
-/// directory is not an error (vigil runs and reports every cluster not probeable); an
-/// unreadable one is. A refused plugin is logged with its file and reason, and the
-/// others load. Credential files may lie under the kubeconfig sources of `discovery`
-/// and the plugin settings' credential directories; Secrets are read from the plugin
-/// settings' management cluster.
+/// Loads the plugins built into the binary (unless turned off) and those of the plugin
+/// directory, sized for `concurrency` probes at once. A missing directory is not an
+/// error: the embedded plugins serve, and with those turned off vigil runs and reports
+/// every cluster not probeable. An unreadable directory is an error. A refused plugin is
+/// logged with its file and reason, and the others load. Credential files may lie under
+/// the kubeconfig sources of `discovery` and the plugin settings' credential directories;
+/// Secrets are read from the plugin settings' management cluster.
 pub async fn load_plugins(
     plugins: &PluginConfig,
     discovery: &DiscoverySettings,
     concurrency: usize,
 ) -> Result<EngineProber, ServeError> {
-    if !plugins.plugin_dir.exists() {
+    let dir_exists = plugins.plugin_dir.exists();
+    if !dir_exists && !plugins.embedded {
         warn!(
             plugin_dir = %plugins.plugin_dir.display(),
-            "the plugin directory does not exist: no probe plugin is loaded, so no cluster can be probed \
-             (build the first-party plugins with scripts/build-plugins, or set VIGIL_PLUGIN_DIR)"
+            "the plugin directory does not exist and the embedded plugins are turned off \
+             (VIGIL_PLUGINS_EMBEDDED=false): no probe plugin is loaded, so no cluster can be probed"
         );
         return Ok(EngineProber::None(NoPlugins));
     }
+    if !dir_exists {
+        info!(
+            plugin_dir = %plugins.plugin_dir.display(),
+            "the plugin directory does not exist: the embedded plugins serve \
+             (create it and send SIGHUP to add or override plugins)"
+        );
+    }
     let settings = RuntimeSettings {
+        embedded: if plugins.embedded {
+            crate::build_info::embedded_plugins()
+        } else {
+            Vec::new()
+        },
         plugin_dir: plugins.plugin_dir.clone(),
         cache_dir: plugins.cache_dir.clone(),
         concurrency: u32::try_from(concurrency).unwrap_or(u32::MAX),
@@ -410,6 +424,7 @@ fn plugin_view(status: PluginStatus) -> PluginView {
         world: current.as_ref().map(|p| p.world.to_owned()),
         self_name: current.as_ref().map(|p| p.self_name.clone()),
         version: current.as_ref().map(|p| p.version.clone()),
+        source: current.as_ref().map(|p| p.source.label()),
         package: vigil_plugin_host::SUPPORTED_CONTRACT.to_owned(),
         hash: current.as_ref().map(|p| p.hash.clone()),
         schemes: current
@@ -448,7 +463,7 @@ fn plugin_view(status: PluginStatus) -> PluginView {
 
 fn failure_view(failure: &CandidateFailure) -> PluginFailureView {
     PluginFailureView {
-        file: failure.file.display().to_string(),
+        file: failure.source.label(),
         generation: failure.generation,
         stage: failure.stage.as_str().to_owned(),
         message: failure.message.clone(),
@@ -470,7 +485,7 @@ fn reload_view(report: &ReloadReport) -> ReloadView {
             .refused
             .iter()
             .map(|refused| PluginFailureView {
-                file: refused.file.display().to_string(),
+                file: refused.origin.label(),
                 generation: 0,
                 stage: refused.reason.stage().as_str().to_owned(),
                 message: refused.reason.to_string(),

@@ -439,6 +439,10 @@ pub struct PluginView {
     pub self_name: Option<String>,
     /// Its version.
     pub version: Option<String>,
+    /// Where the generation that serves (or served) was loaded from: `embedded` (built
+    /// into vigil) or the path of its file in the plugin directory, which overrides an
+    /// embedded plugin of the same name.
+    pub source: Option<String>,
     /// The contract it targets, e.g. `vigil:plugin@0.1.0`.
     pub package: String,
     /// SHA-256 of the file, hex.

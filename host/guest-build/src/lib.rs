@@ -159,6 +159,16 @@ impl GuestBuild {
         .collect()
     }
 
+    /// [`Self::sources`] that the guests of `set` are built from.
+    pub fn sources_of(&self, set: GuestSet) -> Vec<PathBuf> {
+        let dirs: &[&str] = match set {
+            GuestSet::FirstParty => &["plugins", "wit"],
+            GuestSet::Test => &["plugins", "tests/plugins", "wit"],
+            GuestSet::Template => &["examples/plugin-template", "wit"],
+        };
+        dirs.iter().map(|dir| self.root.join(dir)).collect()
+    }
+
     /// Builds `sets` (the guest workspace's in one `cargo` run, so that they share their
     /// dependencies' builds) and returns every component, checked.
     pub fn build(&self, sets: &[GuestSet]) -> Result<Vec<Component>, GuestBuildError> {

@@ -14,9 +14,10 @@
 //! rules are tested with plain values.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::SystemTime;
+
+use crate::PluginSource;
 
 /// A generation of a plugin as the catalog needs to know it.
 pub(crate) trait Generation {
@@ -98,8 +99,8 @@ impl FailureStage {
 /// Why a generation of a plugin was discarded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CandidateFailure {
-    /// The plugin file.
-    pub file: PathBuf,
+    /// The plugin file, or the embedded plugin.
+    pub source: PluginSource,
     /// The generation number it was given.
     pub generation: u64,
     /// Where it failed.
@@ -338,7 +339,7 @@ impl<P: Generation> Catalog<P> {
         name: &str,
         generation: u64,
         inconclusive: bool,
-        file: impl FnOnce() -> PathBuf,
+        source: impl FnOnce() -> PluginSource,
     ) -> ProbationVerdict {
         let policy = self.policy;
         let Some(slot) = self.slots.get_mut(name) else {
@@ -374,7 +375,7 @@ impl<P: Generation> Catalog<P> {
             slot.probation = None;
             slot.failed_content = failed_content;
             slot.last_failure = Some(CandidateFailure {
-                file: file(),
+                source: source(),
                 generation,
                 stage: FailureStage::Probation,
                 message: message.clone(),
@@ -478,7 +479,7 @@ mod tests {
 
     fn failure(generation: u64) -> CandidateFailure {
         CandidateFailure {
-            file: PathBuf::from("/plugins/p.wasm"),
+            source: PluginSource::File(std::path::PathBuf::from("/plugins/p.wasm")),
             generation,
             stage: FailureStage::Compile,
             message: "is not a WebAssembly component".to_owned(),
@@ -516,7 +517,9 @@ mod tests {
         assert_eq!(load(&mut catalog, "p", "a"), 1);
         assert_eq!(state(&catalog, "p"), (PluginState::Active, Some(1)));
         assert_eq!(
-            catalog.record_probe("p", 1, true, PathBuf::new),
+            catalog.record_probe("p", 1, true, || PluginSource::File(
+                std::path::PathBuf::new()
+            )),
             ProbationVerdict::Pending
         );
         assert_eq!(state(&catalog, "p"), (PluginState::Active, Some(1)));
@@ -532,19 +535,27 @@ mod tests {
         assert_eq!(entry.previous_generation, Some(1));
         // A probe of the old generation (started before the swap) does not count.
         assert_eq!(
-            catalog.record_probe("p", 1, true, PathBuf::new),
+            catalog.record_probe("p", 1, true, || PluginSource::File(
+                std::path::PathBuf::new()
+            )),
             ProbationVerdict::Pending
         );
         assert_eq!(
-            catalog.record_probe("p", 2, true, PathBuf::new),
+            catalog.record_probe("p", 2, true, || PluginSource::File(
+                std::path::PathBuf::new()
+            )),
             ProbationVerdict::Pending
         );
         assert_eq!(
-            catalog.record_probe("p", 2, false, PathBuf::new),
+            catalog.record_probe("p", 2, false, || PluginSource::File(
+                std::path::PathBuf::new()
+            )),
             ProbationVerdict::Pending
         );
         assert_eq!(
-            catalog.record_probe("p", 2, false, PathBuf::new),
+            catalog.record_probe("p", 2, false, || PluginSource::File(
+                std::path::PathBuf::new()
+            )),
             ProbationVerdict::Passed { generation: 2 }
         );
         assert_eq!(state(&catalog, "p"), (PluginState::Active, Some(2)));
@@ -557,11 +568,15 @@ mod tests {
         load(&mut catalog, "p", "a");
         load(&mut catalog, "p", "b");
         assert_eq!(
-            catalog.record_probe("p", 2, true, PathBuf::new),
+            catalog.record_probe("p", 2, true, || PluginSource::File(
+                std::path::PathBuf::new()
+            )),
             ProbationVerdict::Pending
         );
         assert_eq!(
-            catalog.record_probe("p", 2, true, PathBuf::new),
+            catalog.record_probe("p", 2, true, || PluginSource::File(
+                std::path::PathBuf::new()
+            )),
             ProbationVerdict::Pending
         );
         let verdict = catalog.record_probe("p", 2, true, || PathBuf::from("/plugins/p.wasm"));
@@ -598,7 +613,9 @@ mod tests {
         load(&mut catalog, "p", "b");
         load(&mut catalog, "p", "c");
         assert_eq!(catalog.entries()[0].previous_generation, Some(1));
-        let verdict = catalog.record_probe("p", 3, true, PathBuf::new);
+        let verdict = catalog.record_probe("p", 3, true, || {
+            PluginSource::File(std::path::PathBuf::new())
+        });
         assert!(matches!(
             verdict,
             ProbationVerdict::RolledBack { restored: 1, .. }

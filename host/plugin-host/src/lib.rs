@@ -36,6 +36,7 @@ mod outcome;
 mod plugin_dir;
 pub mod plugin_watch;
 mod sandbox;
+mod source;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -81,6 +82,7 @@ pub use self::sandbox::{
     CallRecord, LimitHit, MAX_CREDENTIAL_FILE_BYTES, MAX_GUEST_OUTPUT_BYTES,
     MAX_LOG_LINES_PER_CALL, MAX_LOG_MESSAGE_BYTES,
 };
+pub use self::source::{EmbeddedPlugin, PluginSource};
 
 /// The contract version this runtime runs (`wit/since_v0.1.0`).
 pub const SUPPORTED_CONTRACT: &str = "vigil:plugin@0.1.0";
@@ -106,8 +108,12 @@ const YIELD_TICKS: u64 = 5;
 /// environment, `VIGIL_PLUGIN_DIR` and `VIGIL_CACHE_DIR`).
 #[derive(Debug, Clone)]
 pub struct RuntimeSettings {
-    /// The plugin directory (`NAME.wasm` and optional `NAME.toml`).
+    /// The plugin directory (`NAME.wasm` and optional `NAME.toml`). A directory that does
+    /// not exist holds no plugin; one that exists but cannot be listed is an error.
     pub plugin_dir: PathBuf,
+    /// The plugins built into the binary, each loaded unless a `NAME.wasm` of the plugin
+    /// directory has its name (the file then overrides it).
+    pub embedded: Vec<EmbeddedPlugin>,
     /// The compiled-code cache directory; `None` disables the cache. It must not be
     /// inside the plugin directory; the host creates a `components-v1` directory in it
     /// for its user only, and loads nothing from it that it did not write itself.
@@ -214,10 +220,10 @@ impl Refusal {
 
 /// A plugin file that was refused, and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("plugin {file} {reason}")]
+#[error("plugin {origin} {reason}")]
 pub struct RefusedPlugin {
-    /// The file.
-    pub file: PathBuf,
+    /// The file, or the embedded plugin.
+    pub origin: PluginSource,
     /// Why.
     pub reason: Refusal,
 }
@@ -232,8 +238,8 @@ pub struct PluginSummary {
     pub generation: u64,
     /// The world it targets: `probe` or `audit`.
     pub world: &'static str,
-    /// The file it was loaded from.
-    pub file: PathBuf,
+    /// Where it was loaded from: the binary, or a file of the plugin directory.
+    pub source: PluginSource,
     /// The name the plugin gives itself.
     pub self_name: String,
     /// The plugin's version.
@@ -528,6 +534,8 @@ struct Inner {
     /// Where [`PluginEvent`]s go; sending with nobody subscribed drops them.
     events: tokio::sync::broadcast::Sender<PluginEvent>,
     plugin_dir: PathBuf,
+    /// The plugins built into the binary, each with the digest of its content.
+    embedded: Vec<(EmbeddedPlugin, String)>,
     linker: Linker<CallState>,
     cache: Option<CodeCache>,
     /// The memory cap the engine's pool was sized for: a candidate asking for more is
@@ -560,7 +568,7 @@ pub struct PluginRuntime {
 /// A plugin file as read from the directory, before compiling.
 struct Candidate {
     name: String,
-    file: PathBuf,
+    source: PluginSource,
     generation: u64,
     manifest: Manifest,
     bytes: Vec<u8>,
@@ -579,6 +587,12 @@ impl PluginRuntime {
         let largest = files
             .iter()
             .filter_map(|(_, file)| Manifest::read(&file.with_extension("toml")).ok())
+            .chain(
+                settings
+                    .embedded
+                    .iter()
+                    .filter_map(|plugin| Manifest::parse(&plugin.grants).ok()),
+            )
             .map(|manifest| manifest.memory_bytes())
             .max()
             .unwrap_or(0)
@@ -602,6 +616,18 @@ impl PluginRuntime {
                 reloading: tokio::sync::Mutex::new(()),
                 events: tokio::sync::broadcast::channel(event::BACKLOG).0,
                 plugin_dir: settings.plugin_dir.clone(),
+                embedded: settings
+                    .embedded
+                    .iter()
+                    .map(|plugin| {
+                        let source = PluginSource::Embedded {
+                            name: plugin.name.to_string(),
+                        };
+                        let digest =
+                            content_digest(&plugin.component, plugin.grants.as_bytes(), &source);
+                        (plugin.clone(), digest)
+                    })
+                    .collect(),
                 linker,
                 cache,
                 max_memory_bytes: largest,
@@ -649,13 +675,30 @@ impl PluginRuntime {
         let _one_at_a_time = self.inner.reloading.lock().await;
         let mut report = ReloadReport::default();
         let files = list_plugin_files(&self.inner.plugin_dir)?;
-        let present: BTreeSet<&str> = files.iter().map(|(name, _)| name.as_str()).collect();
+        // The embedded plugins, then the directory's files: a file overrides the embedded
+        // plugin of its name.
+        let mut sources: BTreeMap<String, PluginSource> = self
+            .inner
+            .embedded
+            .iter()
+            .map(|(plugin, _)| {
+                let name = plugin.name.to_string();
+                (name.clone(), PluginSource::Embedded { name })
+            })
+            .collect();
+        for (name, file) in &files {
+            sources.insert(name.clone(), PluginSource::File(file.clone()));
+        }
         // Checked at every reload: what serves was loaded while it was trusted, but
         // nothing new is loaded from a directory others can write to.
-        let dir_trusted = plugin_dir::check_dir(&self.inner.plugin_dir);
+        let dir_trusted = if files.is_empty() {
+            Ok(())
+        } else {
+            plugin_dir::check_dir(&self.inner.plugin_dir)
+        };
 
-        for (name, file) in &files {
-            let read = read_candidate(file);
+        for (name, source) in &sources {
+            let read = self.read_source(source);
             let mut content = read.as_ref().ok().map(|(_, _, content)| content.clone());
             if let Some(content) = &content
                 && self.catalog().is_unchanged(name, content)
@@ -663,13 +706,16 @@ impl PluginRuntime {
                 report.unchanged.push(name.clone());
                 continue;
             }
-            let trusted = dir_trusted.clone().and_then(|()| {
-                let manifest = file.with_extension("toml");
-                plugin_dir::check_file(file).and_then(|()| match manifest.try_exists() {
-                    Ok(false) => Ok(()),
-                    _ => plugin_dir::check_file(&manifest),
-                })
-            });
+            let trusted = match source {
+                PluginSource::Embedded { .. } => Ok(()),
+                PluginSource::File(file) => dir_trusted.clone().and_then(|()| {
+                    let manifest = file.with_extension("toml");
+                    plugin_dir::check_file(file).and_then(|()| match manifest.try_exists() {
+                        Ok(false) => Ok(()),
+                        _ => plugin_dir::check_file(&manifest),
+                    })
+                }),
+            };
             let read = match trusted {
                 Ok(()) => read,
                 Err(why) => {
@@ -684,7 +730,7 @@ impl PluginRuntime {
                 Ok((manifest, bytes, content)) => {
                     let candidate = Candidate {
                         name: name.clone(),
-                        file: file.clone(),
+                        source: source.clone(),
                         generation,
                         manifest,
                         bytes,
@@ -696,10 +742,13 @@ impl PluginRuntime {
             };
             match loaded {
                 Ok(plugin) => {
+                    let overrides_embedded = !source.is_embedded() && self.is_embedded(name);
                     info!(
                         plugin = %plugin.name,
                         generation,
                         version = %plugin.summary.version,
+                        source = %source,
+                        overrides_embedded,
                         cache = ?plugin.summary.cache,
                         "plugin generation promoted"
                     );
@@ -715,7 +764,7 @@ impl PluginRuntime {
                 }
                 Err(reason) => {
                     let refused = RefusedPlugin {
-                        file: file.clone(),
+                        origin: source.clone(),
                         reason,
                     };
                     warn!(plugin = %name, generation, stage = refused.reason.stage().as_str(), "{refused}; the previous generation, if any, keeps serving");
@@ -723,7 +772,7 @@ impl PluginRuntime {
                         name,
                         content,
                         CandidateFailure {
-                            file: file.clone(),
+                            source: source.clone(),
                             generation,
                             stage: refused.reason.stage(),
                             message: refused.reason.to_string(),
@@ -740,6 +789,7 @@ impl PluginRuntime {
                 }
             }
         }
+        let present: BTreeSet<&str> = sources.keys().map(String::as_str).collect();
 
         let mut catalog = self.catalog();
         for name in catalog.serving_names() {
@@ -764,6 +814,32 @@ impl PluginRuntime {
             self.routes().clear();
         }
         Ok(report)
+    }
+
+    /// Whether a plugin of this name is built into the binary (and not turned off).
+    fn is_embedded(&self, name: &str) -> bool {
+        self.inner
+            .embedded
+            .iter()
+            .any(|(plugin, _)| plugin.name == name)
+    }
+
+    /// Reads a plugin from where it comes from: its manifest, its component, and the
+    /// digest that tells a changed plugin from an unchanged one.
+    fn read_source(&self, source: &PluginSource) -> Result<(Manifest, Vec<u8>, String), Refusal> {
+        match source {
+            PluginSource::File(file) => read_candidate(file),
+            PluginSource::Embedded { name } => {
+                let (plugin, digest) = self
+                    .inner
+                    .embedded
+                    .iter()
+                    .find(|(plugin, _)| plugin.name == name.as_str())
+                    .ok_or_else(|| Refusal::Unreadable("no such embedded plugin".to_owned()))?;
+                let manifest = Manifest::parse(&plugin.grants).map_err(Refusal::Manifest)?;
+                Ok((manifest, plugin.component.to_vec(), digest.clone()))
+            }
+        }
     }
 
     /// Loads one candidate, refusing a memory cap the engine was not sized for.
@@ -1095,7 +1171,7 @@ impl PluginRuntime {
             &plugin.name,
             plugin.summary.generation,
             inconclusive,
-            || plugin.summary.file.clone(),
+            || plugin.summary.source.clone(),
         );
         match verdict {
             ProbationVerdict::Pending => {}
@@ -1290,10 +1366,16 @@ fn wire_cluster(plugin: &LoadedPlugin, target: &ProbeTarget) -> contract::Cluste
 /// The `NAME.wasm` files of `dir`, sorted by name. A file whose name is not UTF-8
 /// cannot be named in the API or a `NAME.toml`: it is skipped with a warning.
 fn list_plugin_files(dir: &Path) -> Result<Vec<(String, PathBuf)>, RuntimeError> {
-    let entries = std::fs::read_dir(dir).map_err(|source| RuntimeError::PluginDir {
-        dir: dir.to_path_buf(),
-        source,
-    })?;
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => {
+            return Err(RuntimeError::PluginDir {
+                dir: dir.to_path_buf(),
+                source,
+            });
+        }
+    };
     let mut files: Vec<(String, PathBuf)> = Vec::new();
     for path in entries.filter_map(Result::ok).map(|entry| entry.path()) {
         if path.extension().is_none_or(|e| e != "wasm") || !path.is_file() {
@@ -1323,10 +1405,28 @@ fn read_candidate(file: &Path) -> Result<(Manifest, Vec<u8>, String), Refusal> {
     let manifest_path = file.with_extension("toml");
     let manifest = Manifest::read(&manifest_path).map_err(Refusal::Manifest)?;
     let manifest_bytes = std::fs::read(&manifest_path).unwrap_or_default();
+    let content = content_digest(
+        &bytes,
+        &manifest_bytes,
+        &PluginSource::File(file.to_path_buf()),
+    );
+    Ok((manifest, bytes, content))
+}
+
+/// The digest of a plugin's component, its grants and where it comes from: a file that
+/// holds exactly the embedded component still replaces the embedded generation (and the
+/// API shows the file as its source).
+fn content_digest(component: &[u8], grants: &[u8], source: &PluginSource) -> String {
     let mut digest = sha2::Sha256::new();
-    digest.update(sha2::Sha256::digest(&bytes));
-    digest.update(sha2::Sha256::digest(&manifest_bytes));
-    Ok((manifest, bytes, hex(&digest.finalize())))
+    digest.update(sha2::Sha256::digest(component));
+    digest.update(sha2::Sha256::digest(grants));
+    digest.update(source.label().as_bytes());
+    hex(&digest.finalize())
+}
+
+/// The sha256 of a component, hex: the `hash` the API shows for a plugin.
+pub fn component_digest(component: &[u8]) -> String {
+    hex(&sha2::Sha256::digest(component))
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -1343,14 +1443,14 @@ async fn load_one(
 ) -> Result<LoadedPlugin, Refusal> {
     let Candidate {
         name,
-        file,
+        source,
         generation,
         manifest,
         bytes,
         content,
     } = candidate;
     check_header(&bytes)?;
-    let hash = hex(&sha2::Sha256::digest(&bytes));
+    let hash = component_digest(&bytes);
 
     // Compiling is CPU-bound (tens of milliseconds to seconds): off the async threads.
     let compile_engine = engine.engine().clone();
@@ -1364,7 +1464,7 @@ async fn load_one(
 
     let compiled = Compiled {
         name: Arc::from(name),
-        file,
+        source,
         generation,
         content,
         manifest: Arc::new(manifest),
@@ -1393,7 +1493,7 @@ async fn load_one(
 /// A plugin file compiled, before its world's `info()` has answered.
 struct Compiled {
     name: Arc<str>,
-    file: PathBuf,
+    source: PluginSource,
     generation: u64,
     /// The digest of the `.wasm` and the `.toml`.
     content: String,
@@ -1431,7 +1531,7 @@ impl Compiled {
                 WorldPre::Probe(_) => "probe",
                 WorldPre::Audit(_) => "audit",
             },
-            file: self.file,
+            source: self.source,
             self_name: info.name,
             version: info.version,
             schemes: info.schemes,

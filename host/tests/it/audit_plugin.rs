@@ -40,6 +40,7 @@ async fn load(plugins: &Path) -> PluginRuntime {
 /// [`load`], with the credential directories the engine reads kubeconfigs under.
 async fn load_under(plugins: &Path, credential_dirs: Vec<PathBuf>) -> PluginRuntime {
     let (runtime, report) = PluginRuntime::load(&RuntimeSettings {
+        embedded: Vec::new(),
         plugin_dir: plugins.to_path_buf(),
         cache_dir: None,
         concurrency: 4,
@@ -497,6 +498,7 @@ async fn a_plugin_over_its_memory_cap_is_a_fault_not_a_crash() {
     assert!(manifest.contains("memory-mib = 1\n"));
     let plugins = plugin_dir(temp.path(), &manifest);
     let (runtime, report) = PluginRuntime::load(&RuntimeSettings {
+        embedded: Vec::new(),
         plugin_dir: plugins,
         cache_dir: None,
         concurrency: 2,

@@ -99,6 +99,7 @@ async fn runtime(dir: &Path, credential_dirs: Vec<PathBuf>) -> PluginRuntime {
 
 async fn runtime_with(dir: &Path, credential_dirs: Vec<PathBuf>, operator: &str) -> PluginRuntime {
     let (runtime, report) = PluginRuntime::load(&RuntimeSettings {
+        embedded: Vec::new(),
         plugin_dir: plugin_dir(dir, operator),
         cache_dir: None,
         concurrency: 4,

@@ -263,6 +263,7 @@ fn chown(path: &Path, uid: u32) {
 
 fn plugin_settings(plugin_dir: &Path) -> RuntimeSettings {
     RuntimeSettings {
+        embedded: Vec::new(),
         plugin_dir: plugin_dir.to_path_buf(),
         cache_dir: None,
         concurrency: 2,
@@ -281,7 +282,10 @@ fn untrusted_reason(
 ) -> String {
     let refusal = refused
         .iter()
-        .find(|r| r.file.file_stem().is_some_and(|s| s == name))
+        .find(|r| {
+            matches!(&r.origin, vigil_plugin_host::PluginSource::File(file)
+                if file.file_stem().is_some_and(|s| s == name))
+        })
         .unwrap_or_else(|| panic!("{name} was not refused: {refused:?}"));
     let Refusal::Untrusted(reason) = &refusal.reason else {
         panic!("{name}: {:?}", refusal.reason);
@@ -389,6 +393,7 @@ echo "--- read-only"
         .arg(env!("CARGO_BIN_EXE_vigil"))
         .env("KUBECONFIG_PATH", &kube)
         .env("VIGIL_PLUGIN_DIR", &plugins)
+        .env("VIGIL_PLUGINS_EMBEDDED", "false")
         .env(
             "DATABASE_URL",
             format!("sqlite://{}", temp.path().join("absent.db").display()),

@@ -7,9 +7,16 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// `vigil` with an empty environment (only `HOME` = `dir`, `PATH`, `RUST_LOG=info`), run in `dir`.
+/// `vigil` with an empty environment (only `HOME` = `dir`, `PATH`, `RUST_LOG=info`), run in `dir`,
+/// with only the plugins of its plugin directory: the tests name the plugins they run
+/// (embedded.rs runs the ones built into the binary).
 pub fn vigil(dir: &Path) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_vigil"));
+    vigil_at(Path::new(env!("CARGO_BIN_EXE_vigil")), dir)
+}
+
+/// [`vigil`] for the binary at `program`.
+pub fn vigil_at(program: &Path, dir: &Path) -> Command {
+    let mut command = Command::new(program);
     command
         .current_dir(dir)
         .env_clear()
@@ -19,6 +26,7 @@ pub fn vigil(dir: &Path) -> Command {
         // Tests run side by side: each API on a port of its own (logged at start-up).
         .env("VIGIL_LISTEN", "127.0.0.1:0")
         .env("NO_COLOR", "1")
+        .env("VIGIL_PLUGINS_EMBEDDED", "false")
         .stdin(Stdio::null());
     command
 }

@@ -326,6 +326,7 @@ fn http_plugin_dir(dir: &Path) -> PathBuf {
 
 async fn http_runtime(dir: &Path, rule: &str) -> PluginRuntime {
     let (runtime, report) = PluginRuntime::load(&RuntimeSettings {
+        embedded: Vec::new(),
         plugin_dir: http_plugin_dir(dir),
         cache_dir: None,
         concurrency: 2,
@@ -451,6 +452,7 @@ async fn a_credential_sent_through_wasi_http_goes_only_where_it_is_bound() {
         let credentials = credentials.clone();
         async move {
             let (runtime, report) = PluginRuntime::load(&RuntimeSettings {
+                embedded: Vec::new(),
                 plugin_dir: dir,
                 cache_dir: None,
                 concurrency: 2,

@@ -44,6 +44,7 @@ impl PluginCatalog for Catalog {
             world: Some("probe".to_owned()),
             self_name: Some("kubeconfig-file".to_owned()),
             version: Some("0.1.0".to_owned()),
+            source: Some("embedded".to_owned()),
             package: "vigil:plugin@0.1.0".to_owned(),
             hash: Some("ab".repeat(32)),
             schemes: vec!["file".to_owned()],

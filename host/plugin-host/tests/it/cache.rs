@@ -36,6 +36,7 @@ fn named_plugin_dir(dir: &Path, name: &str, source: &str) -> PathBuf {
 /// did for the one plugin.
 async fn load(plugins: &Path, cache: Option<&Path>) -> (PluginRuntime, CacheStatus) {
     let (runtime, report) = PluginRuntime::load(&RuntimeSettings {
+        embedded: Vec::new(),
         plugin_dir: plugins.to_path_buf(),
         cache_dir: cache.map(Path::to_path_buf),
         concurrency: 2,

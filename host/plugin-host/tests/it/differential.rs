@@ -470,6 +470,7 @@ async fn the_served_context_reads_as_the_served_kubeconfig_does() {
     .expect("copy the plugin");
     fs::write(plugins.join("context-agrees.toml"), "credentials = true\n").expect("grants");
     let (runtime, report) = PluginRuntime::load(&RuntimeSettings {
+        embedded: Vec::new(),
         plugin_dir: plugins,
         cache_dir: None,
         concurrency: 4,

@@ -120,6 +120,7 @@ async fn runtime(dir: &Path, server: &FloodServer) -> PluginRuntime {
     )
     .expect("manifest");
     let (runtime, report) = PluginRuntime::load(&RuntimeSettings {
+        embedded: Vec::new(),
         plugin_dir: plugins,
         cache_dir: None,
         concurrency: 2,

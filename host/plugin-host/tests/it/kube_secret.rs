@@ -144,6 +144,7 @@ async fn load(
     credential_dirs: Vec<PathBuf>,
 ) -> PluginRuntime {
     let (runtime, report) = PluginRuntime::load(&RuntimeSettings {
+        embedded: Vec::new(),
         plugin_dir: dir.to_path_buf(),
         cache_dir: None,
         concurrency: 4,

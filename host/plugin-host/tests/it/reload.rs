@@ -16,7 +16,7 @@ use vigil_domain::probe::{ProbeTarget, Probed, Prober};
 use vigil_domain::reference::{self, Reference, Resolution};
 use vigil_fake_kube::{AddressPlan, Fleet, KubeconfigOptions, WrittenKubeconfig};
 use vigil_plugin_host::{
-    CacheStatus, FailureStage, PluginEvent, PluginRuntime, PluginState, PluginStatus,
+    CacheStatus, FailureStage, PluginEvent, PluginRuntime, PluginSource, PluginState, PluginStatus,
     ProbationPolicy, Refusal, RuntimeSettings,
 };
 
@@ -44,6 +44,7 @@ async fn load(dir: &Path) -> PluginRuntime {
 
 async fn load_cached(dir: &Path, cache_dir: Option<&Path>) -> PluginRuntime {
     let (runtime, report) = PluginRuntime::load(&RuntimeSettings {
+        embedded: Vec::new(),
         plugin_dir: dir.to_path_buf(),
         cache_dir: cache_dir.map(Path::to_path_buf),
         concurrency: 4,
@@ -156,7 +157,11 @@ async fn broken_replacements_are_refused_with_their_stage_and_the_previous_gener
         let report = runtime.reload().await.expect("reload");
         assert!(report.promoted.is_empty(), "{what}: {report:#?}");
         assert_eq!(report.refused.len(), 1, "{what}: {report:#?}");
-        assert_eq!(report.refused[0].file, file, "{what}");
+        assert_eq!(
+            report.refused[0].origin,
+            PluginSource::File(file.clone()),
+            "{what}"
+        );
         assert_eq!(report.refused[0].reason.stage(), stage, "{what}");
 
         let kube = status(&runtime);
@@ -167,7 +172,7 @@ async fn broken_replacements_are_refused_with_their_stage_and_the_previous_gener
             "{what}"
         );
         let failure = kube.last_failure.expect("the failure is kept");
-        assert_eq!(failure.file, file, "{what}");
+        assert_eq!(failure.source, PluginSource::File(file.clone()), "{what}");
         assert_eq!(failure.stage, stage, "{what}");
         assert_eq!(failure.generation, 2 + index as u64, "{what}");
         assert_eq!(failure.message, report.refused[0].reason.to_string());
@@ -355,6 +360,7 @@ async fn a_replacement_whose_accepts_always_fails_is_rolled_back_by_its_probatio
     let answer = credentials.join("accepts");
     std::fs::write(&answer, "trap").expect("write the answer");
     let (runtime, report) = PluginRuntime::load(&RuntimeSettings {
+        embedded: Vec::new(),
         plugin_dir: dir.clone(),
         cache_dir: None,
         concurrency: 4,

@@ -54,6 +54,7 @@ async fn load_with(
     credential_dirs: Vec<PathBuf>,
 ) -> (PluginRuntime, LoadReport) {
     PluginRuntime::load(&RuntimeSettings {
+        embedded: Vec::new(),
         plugin_dir: plugin_dir.to_path_buf(),
         cache_dir: cache_dir.map(Path::to_path_buf),
         concurrency: 4,

@@ -219,6 +219,7 @@ async fn load_for(
 ) -> Result<(PluginRuntime, Duration), String> {
     let started = Instant::now();
     let (runtime, report) = PluginRuntime::load(&RuntimeSettings {
+        embedded: Vec::new(),
         plugin_dir: plugins.to_path_buf(),
         cache_dir: cache.map(Path::to_path_buf),
         concurrency: u32::try_from(concurrency.max(CONCURRENCY)).map_err(|e| e.to_string())?,

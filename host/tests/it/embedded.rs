@@ -1,0 +1,346 @@
+//! The first-party plugins built into the `vigil` binary: with no plugin directory at all
+//! they probe a fake cluster ONLINE; a file of the plugin directory overrides one of them
+//! and removing it brings the embedded one back; `VIGIL_PLUGINS_EMBEDDED=false` turns them
+//! off; `vigil --version` names them with the digests of the built files.
+//!
+//! [`embedded_plugins_serve`] is shared with install.rs, which runs it on the binary that
+//! `cargo install` gives.
+
+use std::fs::File;
+use std::io::{Read as _, Write as _};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use vigil_fake_kube::kubeconfig::write_kubeconfigs;
+use vigil_fake_kube::{AddressPlan, Fleet, KubeconfigOptions, ShapePlan};
+use vigil_test_support as plugins;
+
+use crate::process::{Running, sigterm, vigil, vigil_at, wait_exit};
+
+/// The API token of the servers these tests start.
+const TOKEN: &str = "embedded-test-token-0123456789ab";
+
+/// The plugins built into vigil.
+const EMBEDDED: [&str; 4] = ["http", "kube-secret", "kubeconfig-file", "pdb-audit"];
+
+/// A running `vigil serve` and where it answers.
+struct Server {
+    process: Running,
+    address: SocketAddr,
+    log: PathBuf,
+}
+
+impl Server {
+    /// `vigil serve` from `program`, in `dir`, discovering `kubeconfigs`, with the plugin
+    /// directory `dir/plugins.d` (which does not exist unless the caller made it).
+    fn start(program: &Path, dir: &Path, kubeconfigs: &Path, embedded: bool) -> Self {
+        let log = dir.join("vigil.log");
+        let mut process = vigil_at(program, dir)
+            .arg("serve")
+            .env("VIGIL_PLUGINS_EMBEDDED", embedded.to_string())
+            .env("KUBECONFIG_DIR", kubeconfigs)
+            .env("VIGIL_PLUGIN_DIR", dir.join("plugins.d"))
+            .env("VIGIL_CACHE_DIR", dir.join("cache"))
+            .env("VIGIL_API_TOKEN", TOKEN)
+            .env("CLUSTER_HEALTH_INTERVAL", "1")
+            .env("CLUSTER_HEALTH_TIMEOUT", "5")
+            .stderr(File::create(&log).unwrap())
+            .spawn()
+            .map(Running)
+            .unwrap();
+        let address = listening_on(&log, &mut process);
+        Self {
+            process,
+            address,
+            log,
+        }
+    }
+
+    fn get(&self, path: &str) -> Value {
+        request(self.address, "GET", path)
+    }
+
+    fn plugins(&self) -> Vec<Value> {
+        self.get("/api/v1/plugins").as_array().unwrap().clone()
+    }
+
+    fn plugin(&self, name: &str) -> Value {
+        self.plugins()
+            .into_iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("no plugin {name}: {:?}", self.plugins()))
+    }
+
+    fn reload(&self) -> Value {
+        request(self.address, "POST", "/api/v1/plugins/reload")
+    }
+
+    /// Waits until `cluster` is ONLINE, last probed by generation `generation` of the
+    /// `kubeconfig-file` plugin.
+    fn wait_probed_online(&mut self, cluster: &str, generation: u64) {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            if let Some(status) = self.process.try_wait().unwrap() {
+                panic!("vigil serve exited with {status:?}:\n{}", self.tail());
+            }
+            // Not found until discovery has run.
+            let view = try_request(self.address, "GET", &format!("/api/v1/clusters/{cluster}"))
+                .unwrap_or_default();
+            if view["status"] == "ONLINE"
+                && view["last_probed_by"]["plugin"] == "kubeconfig-file"
+                && view["last_probed_by"]["generation"] == generation
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{cluster} was never ONLINE by kubeconfig-file generation {generation}: {view}\n{}",
+                self.tail()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn tail(&self) -> String {
+        crate::process::tail(&self.log)
+    }
+
+    fn stop(mut self) {
+        sigterm(&self.process);
+        let status = wait_exit(&mut self.process, Duration::from_secs(20));
+        assert!(status.success(), "exit {status:?}\n{}", self.tail());
+    }
+}
+
+/// One fake cluster on loopback and a kubeconfig directory that names it.
+async fn one_cluster(dir: &Path) -> (Fleet, PathBuf, String) {
+    let kubeconfigs = dir.join("kubeconfigs");
+    let fleet = Fleet::builder()
+        .clusters(1)
+        .addresses(AddressPlan::Auto)
+        .start()
+        .await
+        .unwrap();
+    write_kubeconfigs(
+        fleet.clusters(),
+        &kubeconfigs,
+        &KubeconfigOptions {
+            shapes: ShapePlan::Mixed,
+            single_file: false,
+        },
+    )
+    .unwrap();
+    let name = fleet.clusters()[0].name().to_owned();
+    (fleet, kubeconfigs, name)
+}
+
+/// What a user of an installed `vigil` sees: the embedded plugins probe a cluster ONLINE
+/// with no plugin directory anywhere, and are listed with their source; a
+/// `kubeconfig-file.wasm` dropped into the plugin directory overrides the embedded one (a
+/// new generation, its file as source), and removing it brings the embedded one back.
+pub async fn embedded_plugins_serve(program: &Path) {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = temp.path();
+    let (_fleet, kubeconfigs, cluster) = one_cluster(dir).await;
+    let plugin_dir = dir.join("plugins.d");
+    assert!(!plugin_dir.exists());
+
+    let mut server = Server::start(program, dir, &kubeconfigs, true);
+    server.wait_probed_online(&cluster, 1);
+    let listed = server.plugins();
+    let names: Vec<&str> = listed.iter().filter_map(|p| p["name"].as_str()).collect();
+    assert_eq!(names.len(), EMBEDDED.len(), "{listed:#?}");
+    for name in EMBEDDED {
+        let plugin = server.plugin(name);
+        assert_eq!(plugin["source"], "embedded", "{plugin}");
+        assert_eq!(plugin["state"], "active", "{plugin}");
+        assert_eq!(plugin["generation"], 1, "{plugin}");
+    }
+
+    // The same plugin as a file of the directory: a new generation, served from the file.
+    std::fs::create_dir_all(&plugin_dir).unwrap();
+    for file in ["kubeconfig-file.toml", "kubeconfig-file.wasm"] {
+        std::fs::copy(plugins::first_party_dir().join(file), plugin_dir.join(file)).unwrap();
+    }
+    let reloaded = server.reload();
+    assert_eq!(
+        reloaded["promoted"],
+        serde_json::json!([{"plugin": "kubeconfig-file", "generation": 2}]),
+        "{reloaded}"
+    );
+    let overriding = server.plugin("kubeconfig-file");
+    let file = plugin_dir.join("kubeconfig-file.wasm");
+    assert_eq!(
+        overriding["source"],
+        file.display().to_string(),
+        "{overriding}"
+    );
+    assert_eq!(overriding["generation"], 2, "{overriding}");
+    assert_eq!(server.plugin("http")["source"], "embedded");
+    server.wait_probed_online(&cluster, 2);
+    let log = std::fs::read_to_string(&server.log).unwrap();
+    assert!(
+        log.lines().any(|l| l.contains("plugin generation promoted")
+            && l.contains("kubeconfig-file")
+            && l.contains("overrides_embedded=true")),
+        "the override is logged:\n{log}"
+    );
+
+    // The file removed: the embedded plugin serves again.
+    for file in ["kubeconfig-file.wasm", "kubeconfig-file.toml"] {
+        std::fs::remove_file(plugin_dir.join(file)).unwrap();
+    }
+    let reloaded = server.reload();
+    assert_eq!(
+        reloaded["promoted"],
+        serde_json::json!([{"plugin": "kubeconfig-file", "generation": 3}]),
+        "{reloaded}"
+    );
+    let back = server.plugin("kubeconfig-file");
+    assert_eq!(back["source"], "embedded", "{back}");
+    assert_eq!(back["generation"], 3, "{back}");
+    server.wait_probed_online(&cluster, 3);
+    server.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_embedded_plugins_serve_without_a_plugin_directory_and_a_file_overrides_one() {
+    embedded_plugins_serve(Path::new(env!("CARGO_BIN_EXE_vigil"))).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_plugins_can_be_turned_off() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = temp.path();
+    let (_fleet, kubeconfigs, cluster) = one_cluster(dir).await;
+    std::fs::create_dir_all(dir.join("plugins.d")).unwrap();
+    let server = Server::start(
+        Path::new(env!("CARGO_BIN_EXE_vigil")),
+        dir,
+        &kubeconfigs,
+        false,
+    );
+    // Discovered, but with no plugin nothing can probe it.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let view = loop {
+        let view = server.get(&format!("/api/v1/clusters/{cluster}"));
+        if view["last_probe"].is_string() || Instant::now() > deadline {
+            break view;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(server.plugins(), Vec::<Value>::new());
+    assert_eq!(view["last_outcome"], "not-probeable", "{view}");
+    assert_ne!(view["status"], "ONLINE", "{view}");
+    server.stop();
+}
+
+/// `vigil --version -o json` names the contract and the embedded plugins, whose digests
+/// are those of the files the build made.
+#[test]
+fn the_version_names_the_contract_and_the_embedded_plugins_digests() {
+    let temp = tempfile::tempdir().unwrap();
+    let output = vigil(temp.path())
+        .args(["--version", "-o", "json"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let version: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(version["version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(
+        version["contracts"],
+        serde_json::json!(["vigil:plugin@0.1.0"])
+    );
+    assert!(
+        version["build_date"].as_str().unwrap().ends_with('Z'),
+        "{version}"
+    );
+    assert!(!version["commit"].as_str().unwrap().is_empty(), "{version}");
+    let embedded = version["embedded_plugins"].as_array().unwrap();
+    let names: Vec<&str> = embedded.iter().filter_map(|p| p["name"].as_str()).collect();
+    assert_eq!(names, EMBEDDED);
+    for plugin in embedded {
+        let name = plugin["name"].as_str().unwrap();
+        let built = plugins::first_party_dir().join(format!("{name}.wasm"));
+        assert_eq!(
+            plugin["sha256"].as_str().unwrap(),
+            sha256_of(&built),
+            "{name}: the embedded component is the built file"
+        );
+    }
+
+    let text = vigil(temp.path()).arg("--version").output().unwrap();
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(
+        text.starts_with(&format!("vigil {}\n", env!("CARGO_PKG_VERSION"))),
+        "{text}"
+    );
+    assert!(text.contains("vigil:plugin@0.1.0"), "{text}");
+}
+
+/// The sha256 of a file, hex, by the system's `sha256sum`.
+fn sha256_of(path: &Path) -> String {
+    let output = std::process::Command::new("sha256sum")
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "sha256sum {}", path.display());
+    String::from_utf8(output.stdout)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+/// The address `vigil serve` logged that its API listens on.
+fn listening_on(log: &Path, server: &mut Running) -> SocketAddr {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if let Some(line) = text.lines().find(|l| l.contains("REST API listening")) {
+            let (_, rest) = line.split_once("listen=").unwrap();
+            return rest.split_whitespace().next().unwrap().parse().unwrap();
+        }
+        if let Some(status) = server.try_wait().unwrap() {
+            panic!("vigil serve exited with {status:?}:\n{text}");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "vigil serve never listened:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A plain HTTP/1.1 request with the token on loopback; the JSON body (`null` when empty).
+fn request(address: SocketAddr, method: &str, path: &str) -> Value {
+    try_request(address, method, path).unwrap_or_else(|failed| panic!("{failed}"))
+}
+
+/// [`request`], or what it answered when that is not a success.
+fn try_request(address: SocketAddr, method: &str, path: &str) -> Result<Value, String> {
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\n\
+         Content-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or_default();
+    if !head.starts_with("HTTP/1.1 2") {
+        return Err(format!("{method} {path}: {head}\n{body}"));
+    }
+    if body.is_empty() {
+        Ok(Value::Null)
+    } else {
+        serde_json::from_str(body).map_err(|e| format!("{method} {path}: {e}: {body}"))
+    }
+}
