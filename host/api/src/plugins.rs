@@ -35,7 +35,7 @@ async fn list_plugins(State(state): State<ApiState>) -> axum::Json<Vec<PluginVie
     responses(
         (status = 200, description = "What the reload did", body = ReloadView),
         (status = 401, description = "No valid token", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The engine runs without a plugin directory", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The engine runs without plugins (no plugin directory at start, embedded plugins off)", body = Problem, content_type = "application/problem+json"),
         (status = 500, description = "The plugin directory cannot be read", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn reload_plugins(
@@ -46,7 +46,7 @@ async fn reload_plugins(
         None => {
             return Err(Problem::new(
                 ProblemKind::NoPluginDirectory,
-                "vigil runs without a plugin directory (VIGIL_PLUGIN_DIR did not exist at start): restart it once the directory exists",
+                "vigil runs without plugins (VIGIL_PLUGIN_DIR did not exist at start and VIGIL_PLUGINS_EMBEDDED is false): restart it once the directory exists",
             ));
         }
         Some(Err(message)) => return Err(Problem::new(ProblemKind::Internal, message)),

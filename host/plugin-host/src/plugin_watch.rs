@@ -60,6 +60,10 @@ pub async fn reload_loop(runtime: PluginRuntime, dir: PathBuf) {
     let (changed_tx, mut changed_rx) = mpsc::channel(1);
     let _watcher = match watch(&dir, PLUGIN_DEBOUNCE, changed_tx.clone()) {
         Ok(watcher) => Some(watcher),
+        Err(_) if !dir.exists() => {
+            info!(plugin_dir = %dir.display(), "the plugin directory does not exist, so it is not watched; once it exists, reload with SIGHUP or POST /api/v1/plugins/reload");
+            None
+        }
         Err(error) => {
             warn!(plugin_dir = %dir.display(), %error, "the plugin directory is not watched; reload with SIGHUP or POST /api/v1/plugins/reload");
             None
