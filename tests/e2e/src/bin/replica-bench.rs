@@ -138,6 +138,8 @@ fn start_replica(
         .env("KUBECONFIG_DIR", kubeconfigs)
         .env("KUBECONFIG_PATH", "")
         .env("VIGIL_PLUGIN_DIR", &options.plugin_dir)
+        // The plugins measured are those of the directory, no other.
+        .env("VIGIL_PLUGINS_EMBEDDED", "false")
         .env("VIGIL_CACHE_DIR", work.join("cache"))
         .env("VIGIL_LISTEN", listen.to_string())
         .env("VIGIL_REPLICA_ID", id)

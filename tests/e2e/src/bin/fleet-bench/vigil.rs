@@ -75,6 +75,8 @@ impl Vigil {
                 format!("sqlite://{}", setup.work.join("vigil.db").display()),
             )
             .env("VIGIL_PLUGIN_DIR", setup.plugin_dir)
+            // The plugins measured are those of the directory, no other.
+            .env("VIGIL_PLUGINS_EMBEDDED", "false")
             .env("VIGIL_CACHE_DIR", setup.work.join("cache"))
             .env("VIGIL_LISTEN", listen.to_string())
             .env("VIGIL_API_TOKEN", TOKEN)
