@@ -579,7 +579,9 @@ mod tests {
             )),
             ProbationVerdict::Pending
         );
-        let verdict = catalog.record_probe("p", 2, true, || PathBuf::from("/plugins/p.wasm"));
+        let verdict = catalog.record_probe("p", 2, true, || {
+            PluginSource::File("/plugins/p.wasm".into())
+        });
         let ProbationVerdict::RolledBack {
             failed, restored, ..
         } = verdict
