@@ -1,6 +1,7 @@
 //! `vigil audit -f FILE_OR_DIR…`: the drain rules of `vigil-drain-rules` on manifest files,
 //! offline. Reads the inputs, audits what they declare, and prints the findings as a table
-//! or JSON; the exit code gates a deployment.
+//! or JSON, each budget's with the numbers behind it; the exit code gates a deployment, on
+//! blocking findings or (`--fail-on warning`) on warnings too.
 //!
 //! Inputs are only ever named (file, document, line), never quoted: a manifest may hold a
 //! Secret.
@@ -9,13 +10,16 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use serde_json::json;
-use vigil_drain_rules::{Finding, Manifests, Severity, Source, audit};
+use vigil_drain_rules::{
+    BudgetNumbers, ExpectedPods, Finding, Manifests, NumbersFrom, Severity, Source, audit,
+};
 
-use crate::cli::{AuditArgs, OutputFormat};
+use crate::cli::{AuditArgs, FailOn, OutputFormat};
 
-/// Exit code: no blocking finding.
+/// Exit code: no finding at or above the `--fail-on` severity.
 pub const EXIT_CLEAN: u8 = 0;
-/// Exit code: at least one blocking finding.
+/// Exit code: at least one finding at or above the `--fail-on` severity (blocking, unless
+/// `--fail-on warning`).
 pub const EXIT_BLOCKING: u8 = 1;
 /// Exit code: invalid arguments or an input that cannot be read.
 pub const EXIT_UNREADABLE: u8 = 2;
@@ -37,16 +41,13 @@ pub struct AuditResult {
 }
 
 impl AuditResult {
-    /// The exit code: unreadable input first (the audit is incomplete), then blocking
-    /// findings.
-    pub fn exit_code(&self) -> u8 {
+    /// The exit code: unreadable input first (the audit is incomplete), then findings at
+    /// or above `fail_on`.
+    pub fn exit_code(&self, fail_on: FailOn) -> u8 {
+        let least = least_failing(fail_on);
         if !self.problems.is_empty() {
             EXIT_UNREADABLE
-        } else if self
-            .findings
-            .iter()
-            .any(|f| f.severity == Severity::Blocking)
-        {
+        } else if self.findings.iter().any(|f| f.severity <= least) {
             EXIT_BLOCKING
         } else {
             EXIT_CLEAN
@@ -148,17 +149,65 @@ pub fn run(args: &AuditArgs, stdin: &mut dyn Read, stdout: &mut String, stderr: 
     match args.output {
         OutputFormat::Table => stdout.push_str(&table(&result)),
         OutputFormat::Json => {
+            let count = |severity| {
+                result
+                    .findings
+                    .iter()
+                    .filter(|f| f.severity == severity)
+                    .count()
+            };
             let value = json!({
                 "findings": result.findings,
                 "problems": result.problems,
                 "inputs_read": result.inputs_read,
                 "objects_read": result.objects_read,
-                "blocking": result.findings.iter().filter(|f| f.severity == Severity::Blocking).count(),
+                "blocking": count(Severity::Blocking),
+                "warning": count(Severity::Warning),
+                "info": count(Severity::Info),
+                "fail_on": least_failing(args.fail_on).as_str(),
             });
             stdout.push_str(&format!("{value:#}\n"));
         }
     }
-    result.exit_code()
+    result.exit_code(args.fail_on)
+}
+
+/// The least severity that fails the audit (severities order from blocking to info).
+fn least_failing(fail_on: FailOn) -> Severity {
+    match fail_on {
+        FailOn::Blocking => Severity::Blocking,
+        FailOn::Warning => Severity::Warning,
+    }
+}
+
+/// A budget's numbers in one line: `expected 3 (replicas of Deployment shop/web: 3),
+/// desired healthy 3, healthy 3, allowed 0`.
+pub fn numbers_line(numbers: &BudgetNumbers) -> String {
+    let workloads: Vec<String> = numbers
+        .workloads
+        .iter()
+        .map(|w| format!("{} {}/{}: {}", w.kind, w.namespace, w.name, w.replicas))
+        .collect();
+    let counted = match (numbers.expected_from, workloads.is_empty()) {
+        (ExpectedPods::Replicas, false) => format!(" (replicas of {})", workloads.join(", ")),
+        (ExpectedPods::Replicas, true) => " (replicas)".to_owned(),
+        (ExpectedPods::SelectedPods, false) => {
+            format!(" (pods selected; replicas of {})", workloads.join(", "))
+        }
+        (ExpectedPods::SelectedPods, true) => " (pods selected)".to_owned(),
+        (ExpectedPods::Nothing, _) => " (neither minAvailable nor maxUnavailable)".to_owned(),
+    };
+    let from = match numbers.from {
+        NumbersFrom::Status => ", from its status",
+        NumbersFrom::Computed => "",
+    };
+    format!(
+        "expected {}{counted}, desired healthy {}, healthy {}, allowed {}{from}",
+        numbers.expected_pods,
+        numbers.desired_healthy,
+        numbers.current_healthy,
+        numbers.disruptions_allowed
+    )
 }
 
 /// The findings as a table: one row each, the fix indented under it, then a summary.
@@ -190,6 +239,14 @@ pub fn table(result: &AuditResult) -> String {
                 "",
                 objects.join(", ")
             ));
+            if let Some(numbers) = &finding.numbers {
+                out.push_str(&format!(
+                    "{:<8}  {:<code_width$}  budget: {}\n",
+                    "",
+                    "",
+                    numbers_line(numbers)
+                ));
+            }
             out.push_str(&format!(
                 "{:<8}  {:<code_width$}  fix: {}\n",
                 "", "", finding.fix

@@ -112,10 +112,15 @@ pub enum Command {
     /// anti-affinity pitfalls. A document that cannot be read is named (file, document
     /// number, line) and skipped; the others are still checked. Nothing is contacted.
     ///
-    /// Exit codes: 0 no blocking finding (warnings and info may be printed), 1 at least
-    /// one blocking finding, 2 invalid arguments or an input that cannot be read (a
-    /// missing file, a document that is not YAML or not a Kubernetes object) — so it
-    /// can gate a deployment in CI.
+    /// Each budget's finding carries the numbers behind it: expected pods, desired
+    /// healthy pods, disruptions allowed, and the workloads whose replica counts gave the
+    /// expected pods (a `budget:` line in the table, `numbers` in `-o json`).
+    ///
+    /// Exit codes: 0 no finding at or above --fail-on (by default no blocking finding;
+    /// warnings and info may be printed), 1 at least one (with `--fail-on warning`, a
+    /// warning is enough), 2 invalid arguments or an input that cannot be read (a
+    /// missing file, a document that is not YAML or not a Kubernetes object), whatever
+    /// was found — so it can gate a deployment in CI.
     Audit(AuditArgs),
     /// Work with plugin files: `vigil plugin check FILE.wasm`.
     #[command(subcommand)]
@@ -136,6 +141,87 @@ pub enum Command {
     /// be opened, the destination is not empty, a write failed: nothing is copied),
     /// 2 invalid arguments, 3 an engine is running on the SQLite source.
     Migrate(MigrateArgs),
+
+    /// Copy the SQLite database while `vigil serve` runs: `vigil backup FILE`.
+    ///
+    /// Writes a consistent copy of the database of DATABASE_URL (read as `vigil serve`
+    /// reads it) to FILE, with SQLite's `VACUUM INTO` in one read transaction: the copy is
+    /// the database as one commit left it, and the engine goes on probing and writing
+    /// meanwhile. The copy is written to FILE.partial, checked (`PRAGMA
+    /// integrity_check`), synced to disk and only then renamed to FILE. It prints FILE and
+    /// its size; credentials in DATABASE_URL are never printed. To restore: stop vigil,
+    /// put the copy in the database's place, remove the database's `-wal` and `-shm`
+    /// files, start vigil.
+    ///
+    /// Exit codes: 0 copied, 1 error (FILE or FILE.partial exists, the database does not
+    /// exist, holds no vigil schema or cannot be read, a write failed: no FILE is left),
+    /// 2 invalid arguments, or a DATABASE_URL that is PostgreSQL (back it up with pg_dump)
+    /// or in memory.
+    Backup(BackupArgs),
+
+    /// Ask the local vigil whether it is alive (or ready): `vigil healthcheck [--ready]`.
+    ///
+    /// For container images without a shell or curl (a scratch image's HEALTHCHECK, an
+    /// exec probe): GET /healthz, or /readyz with --ready, on the address `vigil serve`
+    /// listens on (VIGIL_LISTEN, an unspecified address such as 0.0.0.0 or [::] taken as
+    /// loopback), or on --url. Nothing is printed when vigil answers 200; otherwise one
+    /// line on standard error says why (refused, no answer in time, or the status with
+    /// /readyz's reasons).
+    ///
+    /// Exit codes: 0 vigil answered 200, 1 it did not (or not within --timeout), 2 invalid
+    /// arguments.
+    Healthcheck(HealthcheckArgs),
+}
+
+/// Settings of `vigil backup`.
+#[derive(Debug, Clone, Args)]
+pub struct BackupArgs {
+    /// The copy to write; it must not exist.
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+
+    /// The database to copy, as `vigil serve` reads it (a SQLite file).
+    #[arg(
+        long = "database-url",
+        env = "DATABASE_URL",
+        value_name = "DATABASE_URL",
+        default_value = "sqlite://vigil.db",
+        hide_env_values = true
+    )]
+    pub database_url: String,
+
+    /// Output format: a line for people, one JSON object (`file`, `bytes`) for programs.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+}
+
+/// Settings of `vigil healthcheck`.
+#[derive(Debug, Clone, Args)]
+pub struct HealthcheckArgs {
+    /// Ask /readyz (ready: discovery done, clusters overdue at start-up probed, the
+    /// database answering and taking writes) instead of /healthz (alive).
+    #[arg(long = "ready")]
+    pub ready: bool,
+
+    /// Where `vigil serve` listens (its own setting; 0.0.0.0 and [::] are asked on
+    /// loopback).
+    #[arg(
+        long = "listen",
+        env = "VIGIL_LISTEN",
+        value_name = "VIGIL_LISTEN",
+        default_value = "127.0.0.1:8080"
+    )]
+    pub listen: SocketAddr,
+
+    /// The URL of vigil's API instead (http:// or https://, with an optional path prefix).
+    #[arg(long = "url", value_name = "URL")]
+    pub url: Option<String>,
+
+    /// How long the whole check may take, connecting included: seconds (2, 0.5) or a
+    /// duration (500ms).
+    #[arg(long = "timeout", value_name = "TIMEOUT", default_value = "2",
+          value_parser = crate::healthcheck::parse_timeout)]
+    pub timeout: Duration,
 }
 
 /// Settings of `vigil migrate`.
@@ -247,6 +333,20 @@ pub struct AuditArgs {
     /// Output format: a table for people, JSON for programs.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
+
+    /// The least severity that fails the audit (exit code 1): `blocking` findings only,
+    /// or `warning` and `blocking` findings.
+    #[arg(long = "fail-on", value_enum, value_name = "SEVERITY", default_value_t = FailOn::Blocking)]
+    pub fail_on: FailOn,
+}
+
+/// The least severity of finding that makes `vigil audit` exit 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FailOn {
+    /// A warning or a blocking finding.
+    Warning,
+    /// A blocking finding (the default).
+    Blocking,
 }
 
 /// How to reach a running `vigil serve`: the settings that `vigil status` and

@@ -130,6 +130,8 @@ pub struct ApiClient {
     server: Server,
     token: Option<SecretSetting>,
     tls: Option<Arc<rustls::ClientConfig>>,
+    /// The setting that names the server, for messages (`VIGIL_SERVER`).
+    setting: &'static str,
 }
 
 impl fmt::Debug for ApiClient {
@@ -160,7 +162,19 @@ impl ApiClient {
         let token = token
             .filter(|t| !t.is_empty())
             .map(|t| SecretSetting(t.to_owned()));
-        Ok(Self { server, token, tls })
+        Ok(Self {
+            server,
+            token,
+            tls,
+            setting: "VIGIL_SERVER",
+        })
+    }
+
+    /// The same client, with messages pointing at `setting` as where the server's address
+    /// comes from (instead of `VIGIL_SERVER`).
+    pub fn named_by(mut self, setting: &'static str) -> Self {
+        self.setting = setting;
+        self
     }
 
     /// The server's URL, as messages show it.
@@ -247,13 +261,27 @@ impl ApiClient {
         }
     }
 
-    /// One request over a fresh connection; a 2xx JSON answer, or the error it means.
-    async fn call(
+    /// `GET target` over a fresh connection, connecting included within `timeout`: the
+    /// status and the body, whatever the status. For vigil's probes `/healthz` and
+    /// `/readyz`, whose `503` is an answer rather than a failed call.
+    pub async fn get(
         &self,
-        method: Method,
         target: &str,
         timeout: Duration,
-    ) -> Result<serde_json::Value, ClientError> {
+    ) -> Result<(hyper::StatusCode, Bytes), ClientError> {
+        let request = self.request(Method::GET, target)?;
+        match tokio::time::timeout(timeout, self.exchange(request)).await {
+            Ok(answer) => answer.map(|(status, _, body)| (status, body)),
+            Err(_) => Err(self.unreachable(format!(
+                "no answer within {}",
+                humantime::format_duration(timeout)
+            ))),
+        }
+    }
+
+    /// A request of `method` for `target` (a path under the server's URL), with vigil's
+    /// headers and the token.
+    fn request(&self, method: Method, target: &str) -> Result<Request<Empty<Bytes>>, ClientError> {
         let uri = format!("{}{target}", self.server.base_path);
         let mut request = Request::builder()
             .method(method)
@@ -276,10 +304,19 @@ impl ApiClient {
             value.set_sensitive(true);
             request = request.header(header::AUTHORIZATION, value);
         }
-        let request = request
+        request
             .body(Empty::<Bytes>::new())
-            .map_err(|e| self.unexpected(&format!("invalid request: {e}")))?;
+            .map_err(|e| self.unexpected(&format!("invalid request: {e}")))
+    }
 
+    /// One request over a fresh connection; a 2xx JSON answer, or the error it means.
+    async fn call(
+        &self,
+        method: Method,
+        target: &str,
+        timeout: Duration,
+    ) -> Result<serde_json::Value, ClientError> {
+        let request = self.request(method, target)?;
         let (status, content_type, body) =
             match tokio::time::timeout(timeout, self.exchange(request)).await {
                 Ok(answer) => answer?,
@@ -335,9 +372,10 @@ impl ApiClient {
         {
             Ok(Ok(tcp)) => tcp,
             Ok(Err(error)) if error.kind() == std::io::ErrorKind::ConnectionRefused => {
-                return Err(self.unreachable(
-                    "connection refused (is `vigil serve` running there? see VIGIL_SERVER)",
-                ));
+                return Err(self.unreachable(format!(
+                    "connection refused (is `vigil serve` running there? see {})",
+                    self.setting
+                )));
             }
             Ok(Err(error)) => return Err(self.unreachable(error.to_string())),
             Err(_) => {

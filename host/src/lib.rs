@@ -6,14 +6,18 @@
 //! - [`client`]: the API client of `vigil status` and `vigil probe --apply`;
 //! - [`audit_cli`]: `vigil audit -f`, the drain rules on manifest files;
 //! - [`plugin_check`]: `vigil plugin check`;
-//! - [`open_files`]: the open-files limit `vigil serve` needs.
+//! - [`open_files`]: the open-files limit `vigil serve` needs;
+//! - [`backup_cli`]: `vigil backup`, a copy of the SQLite store while it runs;
+//! - [`healthcheck`]: `vigil healthcheck`, the probes of a local vigil without curl.
 
 #![forbid(unsafe_code)]
 
 pub mod audit_cli;
+pub mod backup_cli;
 pub mod cli;
 pub mod client;
 pub mod config;
+pub mod healthcheck;
 pub mod open_files;
 pub mod output;
 pub mod plugin_check;

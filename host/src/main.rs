@@ -11,8 +11,8 @@ use clap::Parser;
 use serde_json::json;
 use tracing_subscriber::EnvFilter;
 use vigil::cli::{
-    Cli, Command, DiscoverArgs, MigrateArgs, OutputFormat, PluginCheckArgs, PluginCommand,
-    ProbeArgs, ServeArgs, ServerArgs, StatusArgs,
+    BackupArgs, Cli, Command, DiscoverArgs, HealthcheckArgs, MigrateArgs, OutputFormat,
+    PluginCheckArgs, PluginCommand, ProbeArgs, ServeArgs, ServerArgs, StatusArgs,
 };
 use vigil::client::{ApiClient, ClientError, status_table};
 use vigil::config::{EngineConfig, LogFormat};
@@ -113,6 +113,8 @@ fn main() -> ExitCode {
         }
         Command::Plugin(PluginCommand::Check(args)) => plugin_check(&args),
         Command::Migrate(args) => migrate(&args),
+        Command::Backup(args) => backup(&args),
+        Command::Healthcheck(args) => healthcheck(&args),
     };
     exit.report()
 }
@@ -269,6 +271,35 @@ fn migrate(args: &MigrateArgs) -> Exit {
         }
         Ok(Err(message)) => Exit::Failed(message),
         Err(error) => Exit::failed(&error),
+    }
+}
+
+/// `vigil backup FILE`: a copy of the SQLite store, taken while the engine runs.
+fn backup(args: &BackupArgs) -> Exit {
+    let runtime = match async_runtime(Workers::Two) {
+        Ok(runtime) => runtime,
+        Err(exit) => return exit,
+    };
+    match runtime.block_on(vigil::backup_cli::run(args)) {
+        Ok(backup) => {
+            print(&vigil::backup_cli::report(&backup, args.output));
+            Exit::Done
+        }
+        Err(error) if error.is_setting() => Exit::Settings(error_chain(&error)),
+        Err(error) => Exit::failed(&error),
+    }
+}
+
+/// `vigil healthcheck [--ready]`: whether the local vigil answers its probe with 200.
+fn healthcheck(args: &HealthcheckArgs) -> Exit {
+    let runtime = match async_runtime(Workers::Two) {
+        Ok(runtime) => runtime,
+        Err(exit) => return exit,
+    };
+    match runtime.block_on(vigil::healthcheck::check(args)) {
+        Ok(()) => Exit::Done,
+        Err(error) if error.is_setting() => Exit::Settings(error.to_string()),
+        Err(error) => Exit::Failed(error.to_string()),
     }
 }
 

@@ -159,6 +159,55 @@ pub struct Readiness {
 }
 
 impl Readiness {
+    /// Whether vigil is ready, and why not: the one judgement that `/readyz` answers and
+    /// `/metrics` reports as `vigil_ready`. Ready when the database answers and takes the
+    /// probes' results, discovery has run, and the clusters overdue at start-up have been
+    /// probed.
+    async fn assess(&self, store: &Store) -> Ready {
+        let brake = store.brake_state().await;
+        let database = brake.is_ok();
+        let discovered = self.discovered.load(Ordering::Acquire);
+        let caught_up = self.caught_up(store).await;
+        let write_failure = self.writes.failing();
+        let (claims, cut_off) = match &self.replica {
+            Some(replica) => (
+                store.claims_held(replica).await.ok(),
+                store.replica_cut_off(replica).await.ok(),
+            ),
+            None => (None, None),
+        };
+        let mut reasons = Vec::new();
+        if !database {
+            reasons.push("the database does not answer".to_owned());
+        }
+        if let Some(failure) = &write_failure {
+            reasons.push(format!(
+                "store writes failing since {} ({} results not written): {}; the log has the error",
+                rfc3339(failure.since),
+                failure.failures,
+                failure.reason
+            ));
+        }
+        if !discovered {
+            reasons.push("the first discovery has not finished".to_owned());
+        }
+        if discovered && !caught_up {
+            reasons.push("clusters overdue at start-up are still being probed".to_owned());
+        }
+        Ready {
+            ready: reasons.is_empty(),
+            database,
+            store_writes: write_failure.is_none(),
+            discovered,
+            caught_up,
+            brake_holding: brake.is_ok_and(|b| b.verdict.holds()),
+            replica: self.replica.clone(),
+            claims,
+            cut_off,
+            reasons,
+        }
+    }
+
     /// Whether the clusters overdue at start-up have been probed; checked against the
     /// store until it holds once, then latched.
     async fn caught_up(&self, store: &Store) -> bool {
@@ -213,10 +262,12 @@ pub struct ApiState {
 
 /// Renders the Prometheus exposition.
 pub trait MetricsRenderer: Send + Sync + 'static {
-    /// The text to serve and its content type.
+    /// The text to serve and its content type; `ready` is whether `/readyz` would answer
+    /// 200 now (`vigil_ready`).
     fn render<'a>(
         &'a self,
         store: &'a Store,
+        ready: bool,
     ) -> BoxFuture<'a, Result<(String, &'static str), vigil_store::StoreError>>;
 }
 
@@ -260,9 +311,10 @@ impl MetricsRenderer for vigil_engine::metrics::Metrics {
     fn render<'a>(
         &'a self,
         store: &'a Store,
+        ready: bool,
     ) -> BoxFuture<'a, Result<(String, &'static str), vigil_store::StoreError>> {
         Box::pin(async move {
-            let text = vigil_engine::metrics::Metrics::render(self, store).await?;
+            let text = self.render_with_readiness(store, ready).await?;
             Ok((text, vigil_engine::metrics::CONTENT_TYPE))
         })
     }
@@ -421,48 +473,7 @@ struct Ready {
         (status = 503, description = "Not ready, and why", body = Ready),
     ))]
 async fn readyz(State(state): State<ApiState>) -> Response {
-    let brake = state.store.brake_state().await;
-    let database = brake.is_ok();
-    let discovered = state.readiness.discovered.load(Ordering::Acquire);
-    let caught_up = state.readiness.caught_up(&state.store).await;
-    let write_failure = state.readiness.writes.failing();
-    let (claims, cut_off) = match &state.readiness.replica {
-        Some(replica) => (
-            state.store.claims_held(replica).await.ok(),
-            state.store.replica_cut_off(replica).await.ok(),
-        ),
-        None => (None, None),
-    };
-    let mut reasons = Vec::new();
-    if !database {
-        reasons.push("the database does not answer".to_owned());
-    }
-    if let Some(failure) = &write_failure {
-        reasons.push(format!(
-            "store writes failing since {} ({} results not written): {}; the log has the error",
-            rfc3339(failure.since),
-            failure.failures,
-            failure.reason
-        ));
-    }
-    if !discovered {
-        reasons.push("the first discovery has not finished".to_owned());
-    }
-    if discovered && !caught_up {
-        reasons.push("clusters overdue at start-up are still being probed".to_owned());
-    }
-    let ready = Ready {
-        ready: reasons.is_empty(),
-        database,
-        store_writes: write_failure.is_none(),
-        discovered,
-        caught_up,
-        brake_holding: brake.is_ok_and(|b| b.verdict.holds()),
-        replica: state.readiness.replica.clone(),
-        claims,
-        cut_off,
-        reasons,
-    };
+    let ready = state.readiness.assess(&state.store).await;
     let status = if ready.ready {
         axum::http::StatusCode::OK
     } else {
@@ -480,8 +491,8 @@ async fn openapi_json() -> Json<&'static OpenApiDoc> {
 
 /// Prometheus metrics (text exposition format 0.0.4): clusters by status and condition,
 /// probe durations by plugin and outcome, failures by reason class, transitions,
-/// cascades, the brake, plugin faults, scheduling ticks. No per-cluster label unless
-/// `VIGIL_METRICS_PER_CLUSTER=true`.
+/// cascades, the brake, plugin faults, scheduling ticks, and `vigil_ready` (1 while
+/// `/readyz` answers 200). No per-cluster label unless `VIGIL_METRICS_PER_CLUSTER=true`.
 #[utoipa::path(get, path = "/metrics", tag = "health",
     responses(
         (status = 200, description = "The metrics", content_type = "text/plain", body = String),
@@ -491,7 +502,8 @@ async fn metrics(State(state): State<ApiState>) -> Response {
     let Some(renderer) = &state.metrics else {
         return Problem::new(ProblemKind::NotFound, "metrics are not enabled").into_response();
     };
-    match renderer.render(&state.store).await {
+    let ready = state.readiness.assess(&state.store).await.ready;
+    match renderer.render(&state.store, ready).await {
         Ok((text, content_type)) => ([(header::CONTENT_TYPE, content_type)], text).into_response(),
         Err(error) => Problem::internal("rendering the metrics", &error).into_response(),
     }

@@ -290,6 +290,28 @@ impl Metrics {
     ///
     /// A store error from one of those queries.
     pub async fn render(&self, store: &Store) -> Result<String, StoreError> {
+        self.render_scrape(store, None).await
+    }
+
+    /// [`Metrics::render`] with `vigil_ready`, 1 when `ready` (the REST API's judgement of
+    /// readiness, the one `/readyz` answers), else 0.
+    ///
+    /// # Errors
+    ///
+    /// A store error, as [`Metrics::render`].
+    pub async fn render_with_readiness(
+        &self,
+        store: &Store,
+        ready: bool,
+    ) -> Result<String, StoreError> {
+        self.render_scrape(store, Some(ready)).await
+    }
+
+    async fn render_scrape(
+        &self,
+        store: &Store,
+        ready: Option<bool>,
+    ) -> Result<String, StoreError> {
         let statuses = store.status_counts().await?;
         let conditions = store.condition_counts().await?;
         let brake = store.brake_state().await?;
@@ -380,6 +402,18 @@ impl Metrics {
                  VIGIL_NODE_NAME is set), when replicas share the fleet: every other series \
                  but the fleet-wide counts is this replica's own",
                 info,
+            );
+        }
+
+        if let Some(ready) = ready {
+            let gauge = Gauge::<i64>::default();
+            gauge.set(i64::from(ready));
+            registry.register(
+                "vigil_ready",
+                "1 while vigil is ready (/readyz answers 200: the database answers and takes \
+                 the probes' results, discovery has run, the clusters overdue at start-up are \
+                 probed), else 0",
+                gauge,
             );
         }
 

@@ -11,6 +11,7 @@
 #![forbid(unsafe_code)]
 
 mod audits;
+pub mod backup;
 mod claims;
 mod copy;
 pub mod lock;

@@ -271,7 +271,8 @@ fn usage_errors_exit_two() {
     let help = vigil(&["audit", "--help"], None);
     assert_eq!(help.code, Some(0), "{help}");
     assert!(
-        help.stdout.contains("Exit codes: 0 no blocking finding"),
+        help.stdout
+            .contains("Exit codes: 0 no finding at or above --fail-on (by default no blocking"),
         "{help}"
     );
 }
@@ -299,4 +300,122 @@ fn a_value_of_the_wrong_type_is_named_by_its_path_line_and_what_was_found() {
         "{run}"
     );
     assert!(!run.stderr.contains("vigil-fake-secret-value"), "{run}");
+}
+
+/// A Deployment `web` of `replicas` in `shop`, spread by host name, and its budget with
+/// `spec` (one line of YAML flow mapping entries).
+fn deployment_and_budget(replicas: u32, spec: &str) -> Vec<u8> {
+    format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: web, namespace: shop}}\nspec:\n  replicas: {replicas}\n  selector: {{matchLabels: {{app: web}}}}\n  template:\n    metadata: {{labels: {{app: web}}}}\n    spec:\n      topologySpreadConstraints:\n        - {{maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule, matchLabelKeys: [pod-template-hash], nodeTaintsPolicy: Honor, labelSelector: {{matchLabels: {{app: web}}}}}}\n---\napiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {{name: web, namespace: shop}}\nspec: {{{spec}, unhealthyPodEvictionPolicy: AlwaysAllow, selector: {{matchLabels: {{app: web}}}}}}\n"
+    )
+    .into_bytes()
+}
+
+#[test]
+fn each_budget_finding_carries_the_numbers_and_replicas_behind_it() {
+    let manifest = deployment_and_budget(3, "minAvailable: 3");
+    let run = vigil(&["audit", "-f", "-", "-o", "json"], Some(&manifest));
+    assert_eq!(run.code, Some(1), "{run}");
+    let value: serde_json::Value = serde_json::from_str(&run.stdout).expect("JSON");
+    let findings = value["findings"].as_array().expect("findings");
+    let codes: Vec<&str> = findings.iter().filter_map(|f| f["code"].as_str()).collect();
+    assert_eq!(
+        codes,
+        ["pdb-zero-disruptions", "pdb-integer-min-available"],
+        "{run}"
+    );
+    let expected = serde_json::json!({
+        "expected_pods": 3,
+        "desired_healthy": 3,
+        "current_healthy": 3,
+        "disruptions_allowed": 0,
+        "from": "computed",
+        "expected_from": "selected-pods",
+        "workloads": [
+            {"kind": "Deployment", "namespace": "shop", "name": "web", "replicas": 3}
+        ],
+    });
+    for finding in findings {
+        assert_eq!(finding["numbers"], expected, "{run}");
+    }
+    assert_eq!(value["blocking"], 1, "{run}");
+    assert_eq!(value["warning"], 1, "{run}");
+    assert_eq!(value["fail_on"], "blocking", "{run}");
+
+    // maxUnavailable counts the Deployment's replicas; a finding on the workload alone
+    // (none here but the budget's) would carry `null`.
+    let manifest = deployment_and_budget(3, "maxUnavailable: \"40%\"");
+    let run = vigil(&["audit", "-f", "-", "-o", "json"], Some(&manifest));
+    assert_eq!(run.code, Some(0), "{run}");
+    let value: serde_json::Value = serde_json::from_str(&run.stdout).expect("JSON");
+    let rounding = &value["findings"][0];
+    assert_eq!(rounding["code"], "pdb-percent-rounding", "{run}");
+    assert_eq!(rounding["numbers"]["expected_from"], "replicas", "{run}");
+    assert_eq!(rounding["numbers"]["expected_pods"], 3, "{run}");
+    assert_eq!(rounding["numbers"]["desired_healthy"], 1, "{run}");
+    assert_eq!(rounding["numbers"]["disruptions_allowed"], 2, "{run}");
+
+    // The table says the same on one line under the finding.
+    let manifest = deployment_and_budget(3, "minAvailable: 3");
+    let table = vigil(&["audit", "-f", "-"], Some(&manifest));
+    assert_eq!(table.code, Some(1), "{table}");
+    assert!(
+        table.stdout.contains(
+            "budget: expected 3 (pods selected; replicas of Deployment shop/web: 3), \
+             desired healthy 3, healthy 3, allowed 0\n"
+        ),
+        "{table}"
+    );
+}
+
+#[test]
+fn fail_on_warning_fails_on_a_warning_that_blocking_lets_pass() {
+    // Three replicas and no spread: a warning (spread-no-hostname) and nothing blocking.
+    let manifest = b"apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: api}\nspec:\n  replicas: 3\n  selector: {matchLabels: {app: api}}\n  template:\n    metadata: {labels: {app: api}}\n---\napiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: api}\nspec: {maxUnavailable: 1, unhealthyPodEvictionPolicy: AlwaysAllow, selector: {matchLabels: {app: api}}}\n";
+    let default = vigil(&["audit", "-f", "-", "-o", "json"], Some(manifest));
+    assert_eq!(default.code, Some(0), "{default}");
+    assert_eq!(
+        findings(&default),
+        vec![row(
+            "warning",
+            "spread-no-hostname",
+            "Deployment/default/api"
+        )]
+    );
+    let blocking = vigil(
+        &["audit", "-f", "-", "--fail-on", "blocking"],
+        Some(manifest),
+    );
+    assert_eq!(blocking.code, Some(0), "{blocking}");
+    let warning = vigil(
+        &["audit", "-f", "-", "--fail-on", "warning"],
+        Some(manifest),
+    );
+    assert_eq!(warning.code, Some(1), "{warning}");
+    let json = vigil(
+        &["audit", "-f", "-", "--fail-on", "warning", "-o", "json"],
+        Some(manifest),
+    );
+    assert_eq!(json.code, Some(1), "{json}");
+    let value: serde_json::Value = serde_json::from_str(&json.stdout).expect("JSON");
+    assert_eq!(value["fail_on"], "warning", "{json}");
+
+    // Info alone never fails; unreadable input still exits 2 under either severity.
+    let clean = audit(&["helm-clean.yaml"], false);
+    assert_eq!(clean.code, Some(0), "{clean}");
+    let broken = vigil(
+        &[
+            "audit",
+            "-f",
+            &corpus("broken.yaml").display().to_string(),
+            "--fail-on",
+            "warning",
+        ],
+        None,
+    );
+    assert_eq!(broken.code, Some(2), "{broken}");
+    let bad = vigil(&["audit", "-f", "-", "--fail-on", "info"], Some(manifest));
+    assert_eq!(bad.code, Some(2), "{bad}");
+    let help = vigil(&["audit", "--help"], None);
+    assert!(help.stdout.contains("--fail-on <SEVERITY>"), "{help}");
 }

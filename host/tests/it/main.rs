@@ -7,12 +7,14 @@
 mod api_bounds;
 mod api_guard;
 mod audit_plugin;
+mod backup;
 mod bounds;
 mod cli_audit;
 mod cli_client;
 mod cli_discover;
 mod cli_plugin_check;
 mod demo;
+mod healthcheck;
 mod http_plugin;
 mod least_privilege;
 mod migrate;

@@ -8,13 +8,14 @@
 
 use std::collections::BTreeMap;
 
-use crate::intstr::IntOrStringError;
+use crate::intstr::{IntOrString, IntOrStringError};
 use crate::model::{
-    ClusterObjects, OwnerReference, Pod, PodDisruptionBudget, Workload, WorkloadKind,
+    ClusterObjects, OwnerReference, PdbSpec, Pod, PodDisruptionBudget, Workload, WorkloadKind,
 };
 use crate::selector::{self, InvalidSelector};
 
-/// What the disruption controller computes for one budget: the four numbers of its status.
+/// What the disruption controller computes for one budget: the four numbers of its status,
+/// and where its expected pods came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DisruptionStatus {
     /// `status.expectedPods`.
@@ -27,6 +28,61 @@ pub struct DisruptionStatus {
     pub disruptions_allowed: i64,
     /// Selected pods that no controller manages (they count as healthy, not as expected).
     pub unmanaged_pods: Vec<String>,
+    /// How `expected_pods` was counted.
+    pub expected_from: ExpectedFrom,
+    /// The workloads behind the expected pods, each once: with [`ExpectedFrom::Replicas`]
+    /// the controllers whose `replicas` add up to `expected_pods`; with
+    /// [`ExpectedFrom::SelectedPods`] the workloads the selected pods belong to (their
+    /// `replicas` say how many pods there should be, not how many were counted).
+    pub workloads: Vec<ScaleSource>,
+}
+
+/// How the disruption controller counts a budget's expected pods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpectedFrom {
+    /// The sum of the `replicas` of the selected pods' controllers: `maxUnavailable`, or a
+    /// percentage `minAvailable`.
+    Replicas,
+    /// The selected pods themselves: an integer `minAvailable`.
+    SelectedPods,
+    /// Neither field is set: no pod is expected.
+    Nothing,
+}
+
+impl ExpectedFrom {
+    /// How `spec` makes the controller count (`getExpectedPodCount`'s branches).
+    pub fn of(spec: &PdbSpec) -> Self {
+        match (&spec.max_unavailable, &spec.min_available) {
+            (Some(_), _) => Self::Replicas,
+            (None, Some(IntOrString::Int(_))) => Self::SelectedPods,
+            (None, Some(_)) => Self::Replicas,
+            (None, None) => Self::Nothing,
+        }
+    }
+}
+
+/// A workload whose scale stands behind a budget's expected pods.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScaleSource {
+    /// Its kind.
+    pub kind: WorkloadKind,
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// Its `spec.replicas`.
+    pub replicas: i64,
+}
+
+impl ScaleSource {
+    fn of(workload: &Workload) -> Self {
+        Self {
+            kind: workload.kind,
+            namespace: workload.metadata.namespace().to_owned(),
+            name: workload.metadata.name.clone(),
+            replicas: workload.replicas,
+        }
+    }
 }
 
 /// Why the controller cannot compute a budget's status (it then sets `disruptionsAllowed: 0`
@@ -117,7 +173,17 @@ pub fn expected_scale(
     pods: &[&Pod],
     workloads: &[Workload],
 ) -> Result<(i64, Vec<String>), DisruptionError> {
-    let mut scales: BTreeMap<String, i64> = BTreeMap::new();
+    let (owners, unmanaged) = scale_owners(pods, workloads)?;
+    Ok((owners.iter().map(|owner| owner.replicas).sum(), unmanaged))
+}
+
+/// The distinct controllers whose scales [`expected_scale`] adds up (in a stable order), and
+/// the pods that have no controller.
+pub fn scale_owners<'a>(
+    pods: &[&Pod],
+    workloads: &'a [Workload],
+) -> Result<(Vec<&'a Workload>, Vec<String>), DisruptionError> {
+    let mut owners: BTreeMap<String, &'a Workload> = BTreeMap::new();
     let mut unmanaged = Vec::new();
     for pod in pods {
         let Some(controller) = pod.metadata.controller() else {
@@ -131,9 +197,25 @@ pub fn expected_scale(
                 controller: format!("{}/{}", controller.kind, controller.name),
             });
         };
-        scales.entry(identity(owner)).or_insert(owner.replicas);
+        owners.entry(identity(owner)).or_insert(owner);
     }
-    Ok((scales.values().sum(), unmanaged))
+    Ok((owners.into_values().collect(), unmanaged))
+}
+
+/// The workloads `pods` belong to, each once, where their controllers are known (an integer
+/// `minAvailable` counts pods and never asks, so an unknown controller is no error here).
+fn pod_workloads<'a>(pods: &[&Pod], workloads: &'a [Workload]) -> Vec<&'a Workload> {
+    let mut owners: BTreeMap<String, &'a Workload> = BTreeMap::new();
+    for pod in pods {
+        if let Some(owner) = pod
+            .metadata
+            .controller()
+            .and_then(|controller| scale_owner(controller, pod.metadata.namespace(), workloads))
+        {
+            owners.entry(identity(owner)).or_insert(owner);
+        }
+    }
+    owners.into_values().collect()
 }
 
 /// The workload whose scale stands for pods controlled by `controller`.
@@ -209,7 +291,7 @@ pub fn expected_pod_count(
         return Ok((expected, desired, unmanaged));
     }
     match &budget.spec.min_available {
-        Some(crate::IntOrString::Int(min_available)) => {
+        Some(IntOrString::Int(min_available)) => {
             let expected = i64::try_from(pods.len()).unwrap_or(i64::MAX);
             Ok((expected, *min_available, Vec::new()))
         }
@@ -236,11 +318,20 @@ pub fn compute(
     let (expected_pods, desired_healthy, unmanaged_pods) =
         expected_pod_count(budget, &pods, &objects.workloads)?;
     let current_healthy = count_healthy_pods(&pods);
+    let expected_from = ExpectedFrom::of(&budget.spec);
+    let workloads = match expected_from {
+        // `expected_pod_count` succeeded, so every controller is known.
+        ExpectedFrom::Replicas => scale_owners(&pods, &objects.workloads)?.0,
+        ExpectedFrom::SelectedPods => pod_workloads(&pods, &objects.workloads),
+        ExpectedFrom::Nothing => Vec::new(),
+    };
     Ok(DisruptionStatus {
         expected_pods,
         desired_healthy,
         current_healthy,
         disruptions_allowed: disruptions_allowed(current_healthy, desired_healthy, expected_pods),
         unmanaged_pods,
+        expected_from,
+        workloads: workloads.into_iter().map(ScaleSource::of).collect(),
     })
 }

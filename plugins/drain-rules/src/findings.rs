@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use crate::disruption::{self, DisruptionStatus};
+use crate::disruption::{self, DisruptionStatus, ExpectedFrom};
 use crate::intstr::IntOrString;
 use crate::model::{ClusterObjects, Pod, PodDisruptionBudget, Workload, WorkloadKind};
 use crate::selector;
@@ -152,6 +152,126 @@ pub struct Finding {
     pub message: String,
     /// One line saying how to fix it.
     pub fix: String,
+    /// For a finding about one budget, the numbers the disruption controller has (or
+    /// would have) for it; `None` for other findings, and for a budget it cannot compute.
+    pub numbers: Option<BudgetNumbers>,
+}
+
+/// The disruption arithmetic behind a budget's finding: the numbers of its status and the
+/// replica counts its expected pods came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BudgetNumbers {
+    /// Pods the budget counts (`status.expectedPods`).
+    pub expected_pods: i64,
+    /// Healthy pods it wants (`status.desiredHealthy`).
+    pub desired_healthy: i64,
+    /// Healthy pods now (`status.currentHealthy`).
+    pub current_healthy: i64,
+    /// Evictions allowed now (`status.disruptionsAllowed`).
+    pub disruptions_allowed: i64,
+    /// Where the four numbers above come from.
+    pub from: NumbersFrom,
+    /// How the expected pods are counted.
+    pub expected_from: ExpectedPods,
+    /// The workloads behind the expected pods, each with its `replicas`: with `replicas`
+    /// counting, these add up to `expected_pods`; with `selected-pods`, they are the
+    /// workloads the counted pods belong to.
+    pub workloads: Vec<WorkloadReplicas>,
+}
+
+/// Where a finding's numbers come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NumbersFrom {
+    /// The budget's status, as the disruption controller of a live cluster wrote it (what
+    /// the eviction API goes by).
+    Status,
+    /// The disruption controller's arithmetic, done here (manifests, or a live budget
+    /// without status).
+    Computed,
+}
+
+/// How a budget's expected pods are counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ExpectedPods {
+    /// The sum of the `replicas` of the selected pods' controllers (`maxUnavailable`, or a
+    /// percentage `minAvailable`).
+    Replicas,
+    /// The pods the selector selects (an integer `minAvailable`).
+    SelectedPods,
+    /// Neither field is set: none.
+    Nothing,
+}
+
+impl From<ExpectedFrom> for ExpectedPods {
+    fn from(from: ExpectedFrom) -> Self {
+        match from {
+            ExpectedFrom::Replicas => Self::Replicas,
+            ExpectedFrom::SelectedPods => Self::SelectedPods,
+            ExpectedFrom::Nothing => Self::Nothing,
+        }
+    }
+}
+
+/// A workload and its `spec.replicas`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WorkloadReplicas {
+    /// e.g. `Deployment`.
+    pub kind: &'static str,
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// Its `spec.replicas`.
+    pub replicas: i64,
+}
+
+impl BudgetNumbers {
+    /// The numbers a finding on `budget` goes by: on a live cluster its status when it has
+    /// one (as the eviction API does), else `computed`. The workloads come from `computed`
+    /// either way.
+    fn of(
+        source: Source,
+        budget: &PodDisruptionBudget,
+        computed: Option<&DisruptionStatus>,
+    ) -> Option<Self> {
+        let workloads = computed
+            .map(|c| {
+                c.workloads
+                    .iter()
+                    .map(|w| WorkloadReplicas {
+                        kind: w.kind.as_str(),
+                        namespace: w.namespace.clone(),
+                        name: w.name.clone(),
+                        replicas: w.replicas,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let expected_from = ExpectedFrom::of(&budget.spec).into();
+        match (source, &budget.status, computed) {
+            (Source::Live, Some(status), _) => Some(Self {
+                expected_pods: status.expected_pods,
+                desired_healthy: status.desired_healthy,
+                current_healthy: status.current_healthy,
+                disruptions_allowed: status.disruptions_allowed,
+                from: NumbersFrom::Status,
+                expected_from,
+                workloads,
+            }),
+            (_, _, Some(computed)) => Some(Self {
+                expected_pods: computed.expected_pods,
+                desired_healthy: computed.desired_healthy,
+                current_healthy: computed.current_healthy,
+                disruptions_allowed: computed.disruptions_allowed,
+                from: NumbersFrom::Computed,
+                expected_from,
+                workloads,
+            }),
+            _ => None,
+        }
+    }
 }
 
 /// Why a budget allows no eviction, most specific first.
@@ -303,6 +423,7 @@ fn audit_budget(
                     list.join("; ")
                 ),
                 fix: "set exactly one of minAvailable and maxUnavailable, to an integer ≥ 0 or a percentage ≤ 100%".to_owned(),
+                numbers: None,
             });
             return;
         }
@@ -327,6 +448,7 @@ fn audit_budget(
         all
     };
     let computed = disruption::compute(budget, objects);
+    let numbers = BudgetNumbers::of(source, budget, computed.as_ref().ok());
 
     if pods.is_empty() {
         findings.push(Finding {
@@ -337,6 +459,7 @@ fn audit_budget(
                 "budget {name} selects no pod: it protects nothing (the eviction API only consults budgets that select the evicted pod)"
             ),
             fix: "fix the selector to match the workload's pod labels, or delete the budget".to_owned(),
+            numbers,
         });
         return;
     }
@@ -352,6 +475,7 @@ fn audit_budget(
                     "the disruption controller cannot compute budget {name}: {error}; it allows no eviction"
                 ),
                 fix: "select only pods of Deployments, ReplicaSets, StatefulSets or ReplicationControllers, or use an integer minAvailable".to_owned(),
+                numbers: numbers.clone(),
             });
             None
         }
@@ -391,6 +515,7 @@ fn audit_budget(
                     theirs.0, theirs.1, theirs.2, theirs.3, mine.0, mine.1, mine.2, mine.3
                 ),
                 fix: "check that kube-controller-manager's disruption controller is running and keeping up".to_owned(),
+                numbers: numbers.clone(),
             });
         }
     }
@@ -406,6 +531,7 @@ fn audit_budget(
                 cause.describe()
             ),
             fix: cause.fix().to_owned(),
+            numbers: numbers.clone(),
         });
     }
 
@@ -430,6 +556,7 @@ fn audit_budget(
                 "budget {name} has an integer minAvailable ({min}): when the workload scales down to {min} replicas it silently allows no eviction"
             ),
             fix: "use maxUnavailable (e.g. 1), which means the same at every size".to_owned(),
+            numbers: numbers.clone(),
         });
     }
 
@@ -457,6 +584,7 @@ fn audit_budget(
                     (percent * expected % 100).abs()
                 ),
                 fix: format!("below about ten pods, write {field} as an integer"),
+                numbers: numbers.clone(),
             });
         }
     }
@@ -494,6 +622,7 @@ fn audit_budget(
             objects: with_workloads(this.clone()),
             message,
             fix: "set unhealthyPodEvictionPolicy: AlwaysAllow (a not-ready stateless pod serves no traffic)".to_owned(),
+            numbers: numbers.clone(),
         });
     }
 
@@ -523,6 +652,7 @@ fn audit_budget(
                         workload.metadata.name
                     ),
                     fix: "spread the pods with a topologySpreadConstraint on kubernetes.io/hostname (DoNotSchedule)".to_owned(),
+                    numbers: numbers.clone(),
                 });
             }
         }
@@ -580,6 +710,7 @@ fn multiple_budgets(objects: &ClusterObjects, findings: &mut Vec<Finding>) {
                 owner_names.join(", ")
             ),
             fix: "make the budgets' selectors disjoint, one budget per workload".to_owned(),
+            numbers: None,
         });
     }
 }
@@ -625,6 +756,7 @@ fn audit_spread(
                 "{name} has a required podAntiAffinity on {key} against its own pods: one replica more than domains stays Pending, with nothing in between"
             ),
             fix: format!("use a topologySpreadConstraint on {key} (maxSkew: 1) instead; keep podAntiAffinity for other workloads"),
+            numbers: None,
         });
     }
 
@@ -645,6 +777,7 @@ fn audit_spread(
                     workload.replicas
                 ),
                 fix: "add a topologySpreadConstraint: maxSkew 1, topologyKey kubernetes.io/hostname, whenUnsatisfiable DoNotSchedule".to_owned(),
+                numbers: None,
             });
         }
     }
@@ -663,6 +796,7 @@ fn audit_spread(
                     "{name} spreads over zones with DoNotSchedule: when a zone runs out of capacity its pods stay Pending instead of going elsewhere"
                 ),
                 fix: "use whenUnsatisfiable: ScheduleAnyway for the zone constraint".to_owned(),
+                numbers: None,
             });
         }
         if source == Source::Manifests
@@ -678,6 +812,7 @@ fn audit_spread(
                     constraint.when_unsatisfiable
                 ),
                 fix: "set whenUnsatisfiable: DoNotSchedule, or remove minDomains".to_owned(),
+                numbers: None,
             });
         }
         if workload.kind == WorkloadKind::Deployment
@@ -694,6 +829,7 @@ fn audit_spread(
                     "{name}'s spread on {key} has no matchLabelKeys [pod-template-hash]: during a rollout the old ReplicaSet's running pods skew the count"
                 ),
                 fix: "add matchLabelKeys: [pod-template-hash] to the constraint".to_owned(),
+                numbers: None,
             });
         }
         if constraint.node_taints_policy.as_deref() != Some("Honor") {
@@ -705,6 +841,7 @@ fn audit_spread(
                     "{name}'s spread on {key} leaves nodeTaintsPolicy at Ignore: tainted nodes the pods cannot use still count as domains"
                 ),
                 fix: "set nodeTaintsPolicy: Honor".to_owned(),
+                numbers: None,
             });
         }
     }

@@ -33,7 +33,10 @@ pub mod model;
 pub mod selector;
 pub mod validation;
 
-pub use findings::{Finding, ObjectRef, Severity, Source, audit, codes};
+pub use findings::{
+    BudgetNumbers, ExpectedPods, Finding, NumbersFrom, ObjectRef, Severity, Source,
+    WorkloadReplicas, audit, codes,
+};
 pub use intstr::IntOrString;
 pub use manifest::Manifests;
 pub use model::ClusterObjects;

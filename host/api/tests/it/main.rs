@@ -5,3 +5,4 @@
 
 mod api;
 mod audits;
+mod readiness;

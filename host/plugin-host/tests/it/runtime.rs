@@ -151,7 +151,7 @@ async fn bad_files_are_refused_by_name_and_good_ones_load_and_cache() {
         report
             .refused
             .iter()
-            .find(|r| r.file == dir.join(file))
+            .find(|r| r.origin == vigil_plugin_host::PluginSource::File(dir.join(file)))
             .unwrap_or_else(|| panic!("{file} was not refused: {report:#?}"))
             .clone()
     };

@@ -4,4 +4,5 @@
 #![forbid(unsafe_code)]
 
 mod backends;
+mod backup;
 mod store;
