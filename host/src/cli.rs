@@ -24,11 +24,24 @@ use vigil_store::{redact_url, sqlite_path};
 /// on a schedule, keeps ONLINE / OFFLINE / UNKNOWN in a database, and cascades
 /// confirmed outages to the apps deployed on them.
 #[derive(Debug, Parser)]
-#[command(name = "vigil", version, propagate_version = true)]
+#[command(
+    name = "vigil",
+    disable_version_flag = true,
+    arg_required_else_help = true
+)]
 pub struct Cli {
+    /// Print the version, the commit and date of the build, the plugin contract versions
+    /// this vigil runs, and the plugins built into it with their SHA-256 digests.
+    #[arg(short = 'V', long = "version")]
+    pub version: bool,
+
+    /// With --version: a few lines for people, or one JSON object for programs.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+
     /// What to do.
     #[command(subcommand)]
-    pub command: Command,
+    pub command: Option<Command>,
 }
 
 /// The subcommands.
@@ -309,6 +322,8 @@ impl PluginCheckArgs {
     ) -> Result<PluginConfig, SettingError> {
         PluginArgs {
             plugin_dir: plugin_dir.to_path_buf(),
+            // The file is checked alone, as the only plugin of its directory.
+            embedded: false,
             access: self.access.clone(),
             probation_probes: ProbationPolicy::default().probes,
             probation_max_inconclusive: ProbationPolicy::default().max_inconclusive_ratio,
@@ -677,6 +692,18 @@ pub struct PluginArgs {
     )]
     pub plugin_dir: PathBuf,
 
+    /// Whether the first-party plugins built into vigil (`kubeconfig-file`, `kube-secret`,
+    /// `http`, `pdb-audit`) are loaded. A `NAME.wasm` of the plugin directory overrides
+    /// the embedded plugin of its name either way.
+    #[arg(
+        long = "plugins-embedded",
+        env = "VIGIL_PLUGINS_EMBEDDED",
+        value_name = "VIGIL_PLUGINS_EMBEDDED",
+        default_value_t = true,
+        action = clap::ArgAction::Set
+    )]
+    pub embedded: bool,
+
     /// Credential directories, compiled-plugin cache, management cluster.
     #[command(flatten)]
     pub access: PluginAccessArgs,
@@ -769,6 +796,7 @@ impl PluginArgs {
     pub fn config(&self, home_dir: Option<&Path>) -> Result<PluginConfig, SettingError> {
         Ok(PluginConfig {
             plugin_dir: self.plugin_dir.clone(),
+            embedded: self.embedded,
             cache_dir: self.cache_dir(home_dir)?,
             credential_dirs: self
                 .access

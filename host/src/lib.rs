@@ -5,6 +5,7 @@
 //!   [`vigil_plugin_host`] and the REST API of [`vigil_api`];
 //! - [`client`]: the API client of `vigil status` and `vigil probe --apply`;
 //! - [`audit_cli`]: `vigil audit -f`, the drain rules on manifest files;
+//! - [`build_info`]: the plugins built into the binary, and `vigil --version`;
 //! - [`plugin_check`]: `vigil plugin check`;
 //! - [`open_files`]: the open-files limit `vigil serve` needs;
 //! - [`backup_cli`]: `vigil backup`, a copy of the SQLite store while it runs;
@@ -14,6 +15,7 @@
 
 pub mod audit_cli;
 pub mod backup_cli;
+pub mod build_info;
 pub mod cli;
 pub mod client;
 pub mod config;

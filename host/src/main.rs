@@ -94,7 +94,21 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let exit = match cli.command {
+    let command = match cli.command {
+        Some(command) if !cli.version => command,
+        None if !cli.version => {
+            let _ = <Cli as clap::CommandFactory>::command().print_help();
+            return ExitCode::from(2);
+        }
+        _ => {
+            match cli.output {
+                OutputFormat::Json => print(&format!("{}\n", vigil::build_info::version_json())),
+                OutputFormat::Table => print(&vigil::build_info::version_text()),
+            }
+            return ExitCode::SUCCESS;
+        }
+    };
+    let exit = match command {
         Command::Serve(args) => serve(&args),
         Command::Discover(args) => discover(&args),
         Command::Status(args) => status(&args),
