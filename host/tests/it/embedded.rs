@@ -225,7 +225,13 @@ async fn embedded_plugins_can_be_turned_off() {
     // Discovered, but with no plugin nothing can probe it.
     let deadline = Instant::now() + Duration::from_secs(60);
     let view = loop {
-        let view = server.get(&format!("/api/v1/clusters/{cluster}"));
+        // Not found until discovery has run.
+        let view = try_request(
+            server.address,
+            "GET",
+            &format!("/api/v1/clusters/{cluster}"),
+        )
+        .unwrap_or_default();
         if view["last_probe"].is_string() || Instant::now() > deadline {
             break view;
         }
