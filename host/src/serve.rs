@@ -179,6 +179,11 @@ pub async fn serve_with_plugins(
     let (stop_events, events_stopped) = tokio::sync::oneshot::channel();
     let (plugin_events, reloads, audits) = match &prober {
         EngineProber::Plugins(runtime) => {
+            for plugin in runtime.catalog_status() {
+                if plugin.current.is_some() {
+                    metrics.record_plugin_serving(&plugin.name);
+                }
+            }
             // One pool for the tasks beside the worker.
             let store = Store::open(&config.database_url).await?;
             // Every change of a plugin's generations goes to the history and the metrics:

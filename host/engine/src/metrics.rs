@@ -223,13 +223,31 @@ impl Metrics {
     /// `probation-passed`, `rolled-back` or `retired` (an alert on `rolled-back` says a
     /// new plugin version misbehaved in production).
     pub fn record_plugin_change(&self, plugin: &str, change: &'static str) {
-        self.inner
+        let recorded = &self.inner;
+        if change == "promoted" {
+            self.record_plugin_serving(plugin);
+        }
+        recorded
             .plugin_changes
             .get_or_create(&PluginChangeLabels {
                 plugin: plugin.to_owned(),
                 change,
             })
             .inc();
+    }
+
+    /// Starts a serving plugin's fault and rollback counters at zero (at start-up, and at
+    /// each promotion), so that they are exported before their first increment and an
+    /// alert's `increase()` sees that one too.
+    pub fn record_plugin_serving(&self, plugin: &str) {
+        let recorded = &self.inner;
+        recorded.plugin_faults.get_or_create(&PluginLabels {
+            plugin: plugin.to_owned(),
+        });
+        recorded.plugin_changes.get_or_create(&PluginChangeLabels {
+            plugin: plugin.to_owned(),
+            change: "rolled-back",
+        });
     }
 
     /// Records what applying a probe did: status transitions and cascades (with the

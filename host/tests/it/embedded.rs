@@ -149,6 +149,7 @@ pub async fn embedded_plugins_serve(program: &Path) {
 
     let mut server = Server::start(program, dir, &kubeconfigs, true);
     server.wait_probed_online(&cluster, 1);
+    every_metric_of_the_alert_rules_is_exported(&server);
     let listed = server.plugins();
     let names: Vec<&str> = listed.iter().filter_map(|p| p["name"].as_str()).collect();
     assert_eq!(names.len(), EMBEDDED.len(), "{listed:#?}");
@@ -286,6 +287,40 @@ fn the_version_names_the_contract_and_the_embedded_plugins_digests() {
     assert!(text.contains("vigil:plugin@0.1.0"), "{text}");
 }
 
+/// Every `vigil_…` metric that deploy/prometheus/vigil-rules.yaml names is a series (or a
+/// family) of the live `/metrics` of a vigil that probes with its plugins: an alert on a
+/// metric vigil does not export would never fire.
+fn every_metric_of_the_alert_rules_is_exported(server: &Server) {
+    let rules_file =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/prometheus/vigil-rules.yaml");
+    let rules = std::fs::read_to_string(&rules_file).unwrap();
+    let named: std::collections::BTreeSet<&str> = rules
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|word| word.starts_with("vigil_"))
+        .collect();
+    assert!(
+        named.len() >= 5,
+        "the rules name too few metrics: {named:?}"
+    );
+    let metrics = exchange(server.address, "GET", "/metrics").unwrap();
+    let exported: std::collections::BTreeSet<&str> = metrics
+        .lines()
+        .filter_map(|line| match line.strip_prefix("# TYPE ") {
+            Some(family) => family.split_whitespace().next(),
+            None if !line.starts_with('#') => line.split(['{', ' ']).next(),
+            None => None,
+        })
+        .collect();
+    let missing: Vec<&&str> = named
+        .iter()
+        .filter(|name| !exported.contains(**name))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "the alert rules name metrics that /metrics does not export: {missing:?}\n{metrics}"
+    );
+}
+
 /// The sha256 of a file, hex, by the system's `sha256sum`.
 fn sha256_of(path: &Path) -> String {
     let output = std::process::Command::new("sha256sum")
@@ -328,6 +363,17 @@ fn request(address: SocketAddr, method: &str, path: &str) -> Value {
 
 /// [`request`], or what it answered when that is not a success.
 fn try_request(address: SocketAddr, method: &str, path: &str) -> Result<Value, String> {
+    let body = exchange(address, method, path)?;
+    if body.is_empty() {
+        Ok(Value::Null)
+    } else {
+        serde_json::from_str(&body).map_err(|e| format!("{method} {path}: {e}: {body}"))
+    }
+}
+
+/// A plain HTTP/1.1 request with the token on loopback: the body of a success, or what
+/// was answered instead.
+fn exchange(address: SocketAddr, method: &str, path: &str) -> Result<String, String> {
     let mut stream = std::net::TcpStream::connect(address).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
@@ -341,12 +387,9 @@ fn try_request(address: SocketAddr, method: &str, path: &str) -> Result<Value, S
     let mut response = String::new();
     stream.read_to_string(&mut response).unwrap();
     let (head, body) = response.split_once("\r\n\r\n").unwrap_or_default();
-    if !head.starts_with("HTTP/1.1 2") {
-        return Err(format!("{method} {path}: {head}\n{body}"));
-    }
-    if body.is_empty() {
-        Ok(Value::Null)
+    if head.starts_with("HTTP/1.1 2") {
+        Ok(body.to_owned())
     } else {
-        serde_json::from_str(body).map_err(|e| format!("{method} {path}: {e}: {body}"))
+        Err(format!("{method} {path}: {head}\n{body}"))
     }
 }
