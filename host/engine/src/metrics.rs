@@ -241,13 +241,14 @@ impl Metrics {
     /// alert's `increase()` sees that one too.
     pub fn record_plugin_serving(&self, plugin: &str) {
         let recorded = &self.inner;
-        recorded.plugin_faults.get_or_create(&PluginLabels {
+        // Created, not incremented (the guard the family hands back is released at once).
+        drop(recorded.plugin_faults.get_or_create(&PluginLabels {
             plugin: plugin.to_owned(),
-        });
-        recorded.plugin_changes.get_or_create(&PluginChangeLabels {
+        }));
+        drop(recorded.plugin_changes.get_or_create(&PluginChangeLabels {
             plugin: plugin.to_owned(),
             change: "rolled-back",
-        });
+        }));
     }
 
     /// Records what applying a probe did: status transitions and cascades (with the
