@@ -155,7 +155,13 @@ fn serve(args: &ServeArgs) -> Exit {
         Ok(runtime) => runtime,
         Err(exit) => return exit,
     };
-    match runtime.block_on(serve_with_plugins(&config, shutdown_signal())) {
+    let served = runtime.block_on(async {
+        // The handlers are set before anything starts: a SIGTERM that comes as soon as the
+        // API answers stops vigil cleanly instead of killing it.
+        let shutdown = shutdown_signal();
+        serve_with_plugins(&config, shutdown).await
+    });
+    match served {
         Ok(_) => Exit::Done,
         Err(error) => {
             tracing::error!("{}", error_chain(&error));
@@ -776,8 +782,12 @@ fn discover(args: &DiscoverArgs) -> Exit {
 fn init_logging(format: LogFormat, default_level: &str) {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+    // Colours only for a terminal: a log file or a container's log gets plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none_or(|value| value.is_empty());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
@@ -785,27 +795,34 @@ fn init_logging(format: LogFormat, default_level: &str) {
     }
 }
 
-/// Completes on SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
+/// Completes on SIGINT or SIGTERM. The handlers are set when this is called (inside the
+/// runtime), not when the future is first polled.
+fn shutdown_signal() -> impl Future<Output = ()> {
     #[cfg(unix)]
-    {
+    let signals = {
         use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut terminate) => {
+        (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        )
+    };
+    async move {
+        #[cfg(unix)]
+        match signals {
+            (Ok(mut interrupt), Ok(mut terminate)) => {
                 tokio::select! {
-                    _ = interrupt => {}
+                    _ = interrupt.recv() => {}
                     _ = terminate.recv() => {}
                 }
             }
-            Err(_) => {
-                let _ = interrupt.await;
+            _ => {
+                let _ = tokio::signal::ctrl_c().await;
             }
         }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+        tracing::info!("shutdown requested");
     }
-    #[cfg(not(unix))]
-    {
-        let _ = interrupt.await;
-    }
-    tracing::info!("shutdown requested");
 }

@@ -10,7 +10,7 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
@@ -27,7 +27,7 @@ use vigil_engine::worker::Worker;
 use crate::process;
 use vigil_test_support::engine as support;
 
-use process::{Running, sigterm, vigil, wait_exit};
+use process::{Running, listening_on, sigterm, vigil, wait_exit};
 use support::{Behaviour, Sandbox, ScriptedProber, settings};
 
 const TOKEN: &str = "guard-token-0123456789";
@@ -580,26 +580,6 @@ fn post(address: &str, host: &str, origin: Option<&str>) -> (u16, String) {
             "POST /api/v1/plugins/reload HTTP/1.1\r\nHost: {host}\r\n{origin}Content-Length: 0\r\nConnection: close\r\n\r\n"
         ),
     )
-}
-
-/// The address `vigil serve` logged that its API listens on.
-fn listening_on(log: &Path, server: &mut Running) -> String {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        if let Some(line) = text.lines().find(|l| l.contains("REST API listening")) {
-            let (_, rest) = line.split_once("listen=").unwrap();
-            return rest.split_whitespace().next().unwrap().to_owned();
-        }
-        if let Some(status) = server.try_wait().unwrap() {
-            panic!("vigil serve exited with {status:?}:\n{text}");
-        }
-        assert!(
-            Instant::now() < deadline,
-            "vigil serve never listened:\n{text}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 #[test]

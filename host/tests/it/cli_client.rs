@@ -15,7 +15,7 @@ use vigil_store::Store;
 use crate::process;
 use vigil_test_support as plugins;
 
-use process::{Running, sigterm, vigil, wait_exit};
+use process::{Running, listening_on, sigterm, vigil, wait_exit};
 
 /// The server's token.
 const TOKEN: &str = "cli-test-token-0123456789abcdef";
@@ -198,26 +198,6 @@ impl Setup {
         let status = wait_exit(&mut self.server, Duration::from_secs(15));
         assert!(status.success(), "exit {status:?}\n{}", self.tail());
         std::mem::take(&mut self.outputs)
-    }
-}
-
-/// The address `vigil serve` logged that its API listens on.
-fn listening_on(log: &Path, server: &mut Running) -> String {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        if let Some(line) = text.lines().find(|l| l.contains("REST API listening")) {
-            let (_, rest) = line.split_once("listen=").unwrap();
-            return rest.split_whitespace().next().unwrap().to_owned();
-        }
-        if let Some(status) = server.try_wait().unwrap() {
-            panic!("vigil serve exited with {status:?}:\n{text}");
-        }
-        assert!(
-            Instant::now() < deadline,
-            "vigil serve never listened:\n{text}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

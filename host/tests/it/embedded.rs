@@ -13,11 +13,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use vigil_fake_kube::kubeconfig::write_kubeconfigs;
-use vigil_fake_kube::{AddressPlan, Fleet, KubeconfigOptions, ShapePlan};
+use vigil_fake_kube::{AddressPlan, Fleet, KubeconfigOptions};
 use vigil_test_support as plugins;
 
-use crate::process::{Running, sigterm, vigil, vigil_at, wait_exit};
+use crate::process::{Running, listening_on, sigterm, vigil, vigil_at, wait_exit};
 
 /// The API token of the servers these tests start.
 const TOKEN: &str = "embedded-test-token-0123456789ab";
@@ -50,7 +49,7 @@ impl Server {
             .spawn()
             .map(Running)
             .unwrap();
-        let address = listening_on(&log, &mut process);
+        let address = listening_on(&log, &mut process).parse().unwrap();
         Self {
             process,
             address,
@@ -123,15 +122,9 @@ async fn one_cluster(dir: &Path) -> (Fleet, PathBuf, String) {
         .start()
         .await
         .unwrap();
-    write_kubeconfigs(
-        fleet.clusters(),
-        &kubeconfigs,
-        &KubeconfigOptions {
-            shapes: ShapePlan::Mixed,
-            single_file: false,
-        },
-    )
-    .unwrap();
+    fleet
+        .write_kubeconfigs(&kubeconfigs, &KubeconfigOptions::default())
+        .unwrap();
     let name = fleet.clusters()[0].name().to_owned();
     (fleet, kubeconfigs, name)
 }
@@ -334,26 +327,6 @@ fn sha256_of(path: &Path) -> String {
         .next()
         .unwrap()
         .to_owned()
-}
-
-/// The address `vigil serve` logged that its API listens on.
-fn listening_on(log: &Path, server: &mut Running) -> SocketAddr {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        if let Some(line) = text.lines().find(|l| l.contains("REST API listening")) {
-            let (_, rest) = line.split_once("listen=").unwrap();
-            return rest.split_whitespace().next().unwrap().parse().unwrap();
-        }
-        if let Some(status) = server.try_wait().unwrap() {
-            panic!("vigil serve exited with {status:?}:\n{text}");
-        }
-        assert!(
-            Instant::now() < deadline,
-            "vigil serve never listened:\n{text}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// A plain HTTP/1.1 request with the token on loopback; the JSON body (`null` when empty).

@@ -112,3 +112,23 @@ pub fn tail(path: &Path) -> String {
     let lines: Vec<&str> = text.lines().filter(|l| !l.contains("\"TRACE\"")).collect();
     lines[lines.len().saturating_sub(40)..].join("\n")
 }
+
+/// The address `vigil serve` logged that its API listens on (it binds port 0 in tests).
+pub fn listening_on(log: &Path, server: &mut Running) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if let Some(line) = text.lines().find(|l| l.contains("REST API listening")) {
+            let (_, rest) = line.split_once("listen=").unwrap();
+            return rest.split_whitespace().next().unwrap().to_owned();
+        }
+        if let Some(status) = server.try_wait().unwrap() {
+            panic!("vigil serve exited with {status:?}:\n{text}");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "vigil serve never listened:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
