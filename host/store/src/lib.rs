@@ -16,6 +16,7 @@ mod claims;
 mod copy;
 pub mod lock;
 mod operator;
+pub mod outbox;
 
 pub use self::audits::{
     AppliedAudit, AuditFailure, AuditRecord, AuditResult, Finding, ObjectRef, Severity,
@@ -972,8 +973,10 @@ pub fn sqlite_path(url: &str) -> Result<Option<PathBuf>, StoreError> {
 /// Commits `tx`. On PostgreSQL, the events it wrote are first stamped with the next
 /// value of the event counter, whose row stays locked until the commit: stamps follow the
 /// commit order, which is the order event streams read (see the schema's `commit_seq`).
-/// On SQLite the one writer commits in id order already.
+/// On SQLite the one writer commits in id order already. Either way the notifications
+/// the transaction wrote are completed first ([`outbox::seal`]).
 async fn commit(mut tx: Tx, doing: &'static str) -> Result<(), StoreError> {
+    let mut stamped = None;
     if Backend::of(&tx) == Backend::Postgres {
         let stamp: Option<i64> = sqlx::query_scalar(
             "UPDATE event_counter SET value = value + 1 WHERE id = 1 AND EXISTS \
@@ -993,7 +996,9 @@ async fn commit(mut tx: Tx, doing: &'static str) -> Result<(), StoreError> {
             .await
             .map_err(query_error(doing))?;
         }
+        stamped = stamp;
     }
+    outbox::seal(&mut tx, stamped).await?;
     tx.commit().await.map_err(query_error(doing))
 }
 
@@ -1999,9 +2004,9 @@ async fn insert_event(
     detail: &serde_json::Value,
     actor: Option<&str>,
 ) -> Result<(), StoreError> {
-    sqlx::query(
+    let id: i64 = sqlx::query_scalar(
         "INSERT INTO events (at, cluster_id, cluster_name, outage_id, kind, detail, actor) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+         VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
     )
     .bind(now.0)
     .bind(cluster.map(|c| c.0))
@@ -2010,10 +2015,21 @@ async fn insert_event(
     .bind(kind)
     .bind(detail.to_string())
     .bind(actor)
-    .execute(&mut **tx)
+    .fetch_one(&mut **tx)
     .await
     .map_err(query_error("recording an event"))?;
-    Ok(())
+    // A notifiable event's notification is written with it, in the same transaction.
+    outbox::enqueue(
+        tx,
+        id,
+        now,
+        cluster,
+        outage.map(|o| o.0),
+        kind,
+        detail,
+        actor,
+    )
+    .await
 }
 
 /// A cluster's row, read to decide on it: on PostgreSQL the row stays locked until the

@@ -83,7 +83,7 @@ on_each_backend!(
     concurrent_deployments_racing_an_outage_never_leave_an_unmarked_deployed_app,
 );
 
-fn settings() -> ApplySettings {
+pub(crate) fn settings() -> ApplySettings {
     ApplySettings {
         defaults: HealthPolicy::default(),
         brake: BrakeConfig {
@@ -120,18 +120,18 @@ fn wall_clock() -> Timestamp {
     Timestamp(i64::try_from(since_epoch.as_millis()).unwrap())
 }
 
-fn t(seconds: i64) -> Timestamp {
+pub(crate) fn t(seconds: i64) -> Timestamp {
     Timestamp::from_secs(10_000 + seconds)
 }
 
-fn refused() -> ProbeOutcome {
+pub(crate) fn refused() -> ProbeOutcome {
     ProbeOutcome::Unhealthy {
         class: ReasonClass::Refused,
         message: "connection refused".into(),
     }
 }
 
-async fn register(store: &Store, name: &str) -> ClusterId {
+pub(crate) async fn register(store: &Store, name: &str) -> ClusterId {
     store
         .register_cluster(
             name,
@@ -148,7 +148,7 @@ async fn register(store: &Store, name: &str) -> ClusterId {
 }
 
 /// Applies `outcome` to `cluster` at `t(at)`.
-async fn probe(store: &Store, cluster: ClusterId, outcome: &ProbeOutcome, at: i64) {
+pub(crate) async fn probe(store: &Store, cluster: ClusterId, outcome: &ProbeOutcome, at: i64) {
     store
         .apply_probe(cluster, outcome, t(at), t(at + 30), &settings())
         .await
@@ -158,7 +158,7 @@ async fn probe(store: &Store, cluster: ClusterId, outcome: &ProbeOutcome, at: i6
 
 /// Takes an ONLINE cluster OFFLINE: two failures (the default threshold), further apart
 /// than half the interval of 60 s.
-async fn take_down(store: &Store, cluster: ClusterId, from: i64) {
+pub(crate) async fn take_down(store: &Store, cluster: ClusterId, from: i64) {
     for at in [from, from + 40] {
         probe(store, cluster, &refused(), at).await;
     }
@@ -473,6 +473,7 @@ async fn a_batch_of_results_rolls_back_only_the_cluster_whose_write_failed(db: F
             now: t(5),
             next_due: t(65),
             claim: None,
+            duration: None,
         })
         .collect();
     let applied = store.apply_probes(&results, &settings()).await.unwrap();
@@ -856,6 +857,7 @@ async fn claims_fence_results_and_leave_a_counted_failure_to_another_replica() {
             now: t(100),
             next_due: t(100),
             claim: Some(&claimed.claim),
+            duration: None,
         }
     }
     let failure = refused();
@@ -947,6 +949,7 @@ async fn a_second_opinion_comes_from_another_node() {
             now: t(0),
             next_due: t(60),
             claim: Some(&claim),
+            duration: None,
         };
         let applied = store.apply_probes(&[result], &settings()).await.unwrap();
         let applied = applied.into_iter().next().unwrap().unwrap().unwrap();

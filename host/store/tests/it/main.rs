@@ -5,4 +5,5 @@
 
 mod backends;
 mod backup;
+mod outbox;
 mod store;

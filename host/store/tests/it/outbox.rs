@@ -1,0 +1,217 @@
+//! The notifications outbox, on each backend: a notification is committed with its change
+//! (and only notifiable changes have one), completed with the cluster's reason as the
+//! change left it; a sink moves through the rows one at a time, in order, only under its
+//! lease; pruning keeps what a sink has not been sent.
+
+use std::collections::BTreeMap;
+
+use vigil_decision::{AppStatus, ProbeOutcome};
+use vigil_store::outbox::{OutboxRecord, sink_lease};
+use vigil_store::{Backend, ClusterPatch, Store};
+
+use super::backends::{Fresh, probe, register, t, take_down};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite() {
+    outbox_rows_follow_their_changes_and_sinks_move_one_row_at_a_time(
+        Fresh::new(Backend::Sqlite).await,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres() {
+    outbox_rows_follow_their_changes_and_sinks_move_one_row_at_a_time(
+        Fresh::new(Backend::Postgres).await,
+    )
+    .await;
+}
+
+fn payload(row: &OutboxRecord) -> serde_json::Value {
+    serde_json::from_str(&row.payload).unwrap()
+}
+
+async fn pending(store: &Store, sink: &str) -> Vec<OutboxRecord> {
+    store.outbox_after(sink, 100).await.unwrap()
+}
+
+async fn outbox_rows_follow_their_changes_and_sinks_move_one_row_at_a_time(db: Fresh) {
+    let store = &db.store;
+    let hook = store.register_sink("hook").await.unwrap();
+    assert_eq!((hook.attempts, hook.delivered), (0, 0));
+
+    let id = register(store, "c").await;
+    store
+        .update_cluster(
+            "c",
+            &ClusterPatch {
+                labels: Some(BTreeMap::from([("env".to_owned(), "prod".to_owned())])),
+                ..Default::default()
+            },
+            Some("ops"),
+            t(1),
+        )
+        .await
+        .unwrap();
+    store
+        .register_app("shop", "c", AppStatus::Deployed, t(1))
+        .await
+        .unwrap();
+    probe(store, id, &ProbeOutcome::Healthy, 2).await;
+    take_down(store, id, 100).await;
+
+    let rows = pending(store, "hook").await;
+    let kinds: Vec<(&str, serde_json::Value)> = rows
+        .iter()
+        .map(|row| (row.kind.as_str(), payload(row)["detail"].clone()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            (
+                "status-changed",
+                serde_json::json!({"from": "UNKNOWN", "to": "ONLINE", "transition": 1})
+            ),
+            (
+                "status-changed",
+                serde_json::json!({"from": "ONLINE", "to": "OFFLINE", "transition": 2})
+            ),
+            ("apps-degraded", payload(&rows[2])["detail"].clone()),
+        ],
+        "registrations, label changes and counted failures are not notified: {rows:?}"
+    );
+    let offline = &rows[1];
+    assert_eq!(offline.cluster_name.as_deref(), Some("c"));
+    assert_eq!(offline.reason_class.as_deref(), Some("refused"));
+    assert_eq!(offline.reason.as_deref(), Some("connection refused"));
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&offline.labels).unwrap(),
+        serde_json::json!({"env": "prod"})
+    );
+    assert_eq!(payload(&rows[2])["apps"], serde_json::json!(["shop"]));
+    assert!(payload(&rows[2])["outage"].is_i64(), "{rows:?}");
+    assert!(
+        rows.windows(2)
+            .all(|w| (w[0].position, w[0].event_id) < (w[1].position, w[1].event_id)),
+        "{rows:?}"
+    );
+
+    // With replicas, a sink moves only under its lease (one engine holds every lease of
+    // a SQLite file).
+    if store.backend() == Backend::Postgres {
+        assert!(
+            !store
+                .sink_advanced("hook", &rows[0], true, "r1", t(200))
+                .await
+                .unwrap(),
+            "no lease, no move"
+        );
+    }
+    assert!(
+        store
+            .hold_lease(
+                &sink_lease("hook"),
+                "r1",
+                std::time::Duration::from_secs(30)
+            )
+            .await
+            .unwrap()
+    );
+
+    // One row at a time, in order: not past a row it was not sent, not twice.
+    assert!(
+        !store
+            .sink_advanced("hook", &rows[1], true, "r1", t(200))
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .sink_advanced("hook", &rows[0], true, "r1", t(200))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .sink_advanced("hook", &rows[0], true, "r1", t(200))
+            .await
+            .unwrap()
+    );
+    assert_eq!(pending(store, "hook").await, rows[1..]);
+    assert_eq!(store.outbox_pending("hook").await.unwrap(), 2);
+
+    // Failed attempts count, and from the third in a row the sink is failing.
+    for attempt in 1..=3 {
+        let sink = store
+            .sink_failed("hook", "connection refused", 3, t(200 + attempt))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(sink.attempts, attempt);
+        assert_eq!(sink.failing_since.is_some(), attempt >= 3, "{sink:?}");
+    }
+
+    // With replicas, only the holder of the sink's lease moves it.
+    if store.backend() == Backend::Postgres {
+        assert!(
+            !store
+                .sink_advanced("hook", &rows[1], true, "r2", t(210))
+                .await
+                .unwrap(),
+            "a replica without the lease moves nothing"
+        );
+    }
+    assert!(
+        store
+            .sink_advanced("hook", &rows[1], true, "r1", t(210))
+            .await
+            .unwrap()
+    );
+    let sinks = store.sinks().await.unwrap();
+    assert_eq!(sinks.len(), 1);
+    assert_eq!(
+        (
+            sinks[0].attempts,
+            sinks[0].failing_since,
+            sinks[0].delivered
+        ),
+        (0, None, 2),
+        "{sinks:?}"
+    );
+
+    // A sink configured later is sent what happens from then on.
+    assert_eq!(
+        store.register_sink("late").await.unwrap().event_id,
+        rows[2].event_id
+    );
+    assert!(pending(store, "late").await.is_empty());
+
+    // Pruning keeps what some sink was not sent; once every sink had it, it goes.
+    assert_eq!(store.prune_outbox(t(0)).await.unwrap(), 2);
+    assert_eq!(pending(store, "hook").await, rows[2..]);
+    assert!(
+        store
+            .sink_advanced("hook", &rows[2], false, "r1", t(220))
+            .await
+            .unwrap()
+    );
+    assert_eq!(store.prune_outbox(t(0)).await.unwrap(), 1);
+    assert_eq!(
+        store
+            .forget_sinks_except(&["hook".to_owned()])
+            .await
+            .unwrap(),
+        1
+    );
+
+    // Recovery and its restoration are notified too, and the open outage is gone.
+    assert_eq!(store.open_outages().await.unwrap().len(), 1);
+    probe(store, id, &ProbeOutcome::Healthy, 300).await;
+    let kinds: Vec<String> = pending(store, "hook")
+        .await
+        .into_iter()
+        .map(|row| row.kind)
+        .collect();
+    assert_eq!(kinds, ["status-changed", "apps-restored"]);
+    assert!(store.open_outages().await.unwrap().is_empty());
+}
