@@ -21,6 +21,9 @@
 //!   `VIGIL_PUBLIC_URL`'s origin — gets `403` (`origin-not-allowed`). Clients that send
 //!   no `Origin` (curl, the `vigil` CLI) and same-origin pages are unaffected.
 //!
+//! With read auth on, every read needs a token but the status page's own files (`/` and
+//! its script and style sheet), which hold no data.
+//!
 //! A request carrying a valid token is exempt from both: a token is proof enough.
 
 use std::collections::HashMap;
@@ -207,7 +210,10 @@ pub async fn authenticate(
     {
         return problem.into_response();
     }
-    let needs_token = access.has_tokens() && (mutation || access.read_auth);
+    // The status page holds no data (its script reads the API with the token), so it is
+    // served without one even when reads need one.
+    let page = super::page::is_page(request.method(), request.uri().path());
+    let needs_token = access.has_tokens() && (mutation || (access.read_auth && !page));
     if needs_token && caller.is_none() {
         return Problem::new(
             ProblemKind::Unauthorized,

@@ -22,6 +22,7 @@ mod clusters;
 #[allow(unused_qualifications)]
 mod events;
 mod extract;
+mod page;
 mod plugins;
 mod view_cache;
 mod views;
@@ -402,6 +403,7 @@ pub fn openapi() -> &'static OpenApiDoc {
 pub fn app(state: ApiState) -> Router {
     let (router, _) = routes();
     router
+        .merge(page::routes())
         .fallback(|| async { Problem::new(ProblemKind::NotFound, "no such route") })
         .method_not_allowed_fallback(|| async {
             Problem::new(
