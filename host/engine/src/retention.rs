@@ -1,7 +1,8 @@
 //! History retention (docs/rules.md#history-retention, `VIGIL_HISTORY_RETENTION_DAYS`): the transition
 //! history older than the retention is pruned at start-up and then every hour.
 //! What may and may not be pruned is the store's rule ([`Store::prune_history`]);
-//! this module only says when.
+//! this module only says when. Each pass first rolls the finished days up into the
+//! clusters' uptime, which outlives the history.
 
 use std::future::Future;
 use std::time::Duration;
@@ -52,9 +53,23 @@ pub async fn retention_loop(
     }
 }
 
-/// One pruning pass, logged.
+/// One pruning pass, logged. The finished days are rolled up into the uptime first, so
+/// that what the pass prunes is rolled up already ([`Store::roll_up_uptime`]).
 async fn prune_once(store: &Store, days: u32) {
     let before = retention_cutoff(wall_clock(), days);
+    match store.roll_up_uptime(wall_clock(), before).await {
+        Ok(rolled) if rolled.rollups > 0 || rolled.pruned > 0 => info!(
+            days = rolled.days,
+            rollups = rolled.rollups,
+            pruned = rolled.pruned,
+            "uptime rolled up"
+        ),
+        Ok(_) => {}
+        Err(error) => warn!(
+            error = %error_chain(&error),
+            "rolling up the uptime failed; retrying at the next pass"
+        ),
+    }
     match store.prune_history(before).await {
         Ok(pruned) if pruned.events > 0 || pruned.outages > 0 => info!(
             retention_days = days,

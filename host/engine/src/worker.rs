@@ -26,8 +26,8 @@ use vigil_decision::ProbedBy;
 use vigil_domain::probe::{ProbeTarget, Probed, Prober, error_chain, wall_clock};
 use vigil_domain::reference::{self, Reference, Resolution};
 use vigil_store::{
-    AppliedProbe, ApplySettings, Claim, ClusterRecord, Lease, ProbeResult, ReplicaSafeguards,
-    Store, StoreError,
+    AppliedProbe, ApplySettings, COVERAGE_HEARTBEAT, Claim, ClusterRecord, Lease, ProbeResult,
+    ReplicaSafeguards, Store, StoreError,
 };
 /// The worker's settings (from `CLUSTER_HEALTH_*`).
 #[derive(Debug, Clone, Copy)]
@@ -293,6 +293,14 @@ impl<P: Prober> Worker<P> {
     /// cannot be written holds its cluster back (see [`Holds`]). Neither stops the worker.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> WorkerStats {
         let (stop_tx, stop_rx) = watch::channel(false);
+        let coverage = tokio::spawn(record_coverage(
+            self.store.clone(),
+            self.sharing
+                .as_ref()
+                .map(|s| s.replica.clone())
+                .unwrap_or_default(),
+            stop_rx.clone(),
+        ));
         let (results, pending) = mpsc::channel(MAX_BATCH);
         let writer = tokio::spawn(write_results(
             self.store.clone(),
@@ -406,6 +414,9 @@ impl<P: Prober> Worker<P> {
         drop(results);
         if let Err(error) = writer.await {
             warn!(%error, "the result writer ended abnormally");
+        }
+        if let Err(error) = coverage.await {
+            warn!(%error, "the engine's coverage record ended abnormally");
         }
         if let Some(sharing) = &self.sharing {
             // The other replicas may take this one's clusters at once, rather than when
@@ -625,6 +636,7 @@ struct WriteRequest {
     now: Timestamp,
     next_due: Timestamp,
     claim: Option<Claim>,
+    duration: Duration,
     answer: oneshot::Sender<Result<Option<AppliedProbe>, Arc<StoreError>>>,
 }
 
@@ -657,6 +669,7 @@ async fn write_results(
                 now: request.now,
                 next_due: request.next_due,
                 claim: request.claim.as_ref(),
+                duration: Some(request.duration),
             })
             .collect();
         let written = store.apply_probes(&results, &settings).await;
@@ -750,6 +763,7 @@ impl<P: Prober> ProbeJob<P> {
             now,
             next_due,
             claim: self.claim.take(),
+            duration: elapsed,
             answer,
         };
         let sent = self.results.send(request).await;
@@ -993,11 +1007,12 @@ async fn probe_now_claimed<P: Prober>(
     let timeout = Duration::from_secs(u64::from(policy.timeout_seconds.max(1)));
     let probing = Instant::now();
     let probed = probe_cluster(prober, &record, timeout, settings.grace).await;
+    let elapsed = probing.elapsed();
     if let Some(metrics) = metrics {
         metrics.record_probe(
             plugin_label(&record, probed.by.as_ref()),
             &probed.outcome,
-            probing.elapsed(),
+            elapsed,
         );
     }
     let now = wall_clock();
@@ -1009,6 +1024,7 @@ async fn probe_now_claimed<P: Prober>(
         now,
         next_due,
         claim,
+        duration: Some(elapsed),
     };
     let applied = store
         .apply_probes(&[result], &settings.apply())
@@ -1263,6 +1279,46 @@ fn log_applied(applied: &AppliedProbe, outcome: &ProbeOutcome) {
                 failed = brake.failed,
                 "mass-failure brake released: failure counts start from zero"
             );
+        }
+    }
+}
+
+/// Records in the store when this engine runs, for the uptime's *no data*
+/// (`Store::open_coverage`): a run opened now, moved on every [`COVERAGE_HEARTBEAT`], and
+/// closed when `stop` says so; after a crash its last heartbeat says when it ended. A
+/// store that does not answer is tried again at the next heartbeat: the time meanwhile
+/// shows as not watched, and the worker goes on.
+async fn record_coverage(store: Store, replica: String, mut stop: watch::Receiver<bool>) {
+    let mut run = None;
+    let mut every = tokio::time::interval(COVERAGE_HEARTBEAT);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = every.tick() => {}
+            _ = stop.wait_for(|stop| *stop) => break,
+        }
+        let result = async {
+            let now = store.now().await?;
+            match run {
+                None => store
+                    .open_coverage(&replica, now)
+                    .await
+                    .map(|id| run = Some(id)),
+                Some(id) => store.extend_coverage(id, now).await,
+            }
+        }
+        .await;
+        if let Err(error) = result {
+            warn!(error = %error_chain(&error), "could not record that the engine runs; the uptime shows no data meanwhile");
+        }
+    }
+    if let Some(id) = run {
+        let closed = match store.now().await {
+            Ok(now) => store.close_coverage(id, now).await,
+            Err(error) => Err(error),
+        };
+        if let Err(error) = closed {
+            warn!(error = %error_chain(&error), "could not record the engine's stop; its last heartbeat stands for it");
         }
     }
 }

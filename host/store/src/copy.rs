@@ -134,10 +134,48 @@ const TABLES: &[(&str, &[Column])] = &[
             Int("suppressed"),
         ],
     ),
+    (
+        "engine_coverage",
+        &[
+            Int("id"),
+            Text("replica"),
+            Int("started"),
+            Int("heartbeat"),
+            Int("stopped"),
+        ],
+    ),
+    (
+        "uptime_daily",
+        &[
+            Int("cluster_id"),
+            Int("day"),
+            Int("online"),
+            Int("offline"),
+            Int("unknown"),
+            Int("no_data"),
+        ],
+    ),
+    (
+        "probe_latency",
+        &[
+            Int("cluster_id"),
+            Int("bucket"),
+            Int("probes"),
+            Int("total_ms"),
+            Int("max_ms"),
+        ],
+    ),
 ];
 
 /// The tables whose `id` the destination hands out itself afterwards.
-const IDENTITY_TABLES: &[&str] = &["clusters", "outages", "apps", "deployments", "events"];
+const IDENTITY_TABLES: &[&str] = &[
+    "clusters",
+    "outages",
+    "apps",
+    "deployments",
+    "events",
+    "engine_coverage",
+];
 
 /// What [`Store::copy_to`] copied: rows per table, in the order written.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]

@@ -11,12 +11,14 @@
 #![forbid(unsafe_code)]
 
 mod audits;
+pub mod availability;
 pub mod backup;
 mod claims;
 mod copy;
 pub mod lock;
 mod operator;
 pub mod outbox;
+mod uptime;
 
 pub use self::audits::{
     AppliedAudit, AuditFailure, AuditRecord, AuditResult, Finding, ObjectRef, Severity,
@@ -24,6 +26,10 @@ pub use self::audits::{
 pub use self::claims::{Claim, Claimed, Lease};
 pub use self::copy::CopySummary;
 pub use self::operator::{ClusterFilter, ClusterPatch, DeploymentRecord, NewCluster, PageEntry};
+pub use self::uptime::{
+    COVERAGE_HEARTBEAT, ClusterUptime, CoverageId, DayUptime, FleetSummary, LATENCY_BUCKET_MILLIS,
+    LatencyBucket, RolledUp,
+};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -1488,6 +1494,7 @@ impl Store {
             now,
             next_due,
             claim: None,
+            duration: None,
         };
         self.apply_probes(&[result], settings)
             .await?
@@ -2297,6 +2304,9 @@ pub struct ProbeResult<'a> {
     /// written only while the claim is still the replica's, and its times are then taken
     /// from the database's clock.
     pub claim: Option<&'a Claim>,
+    /// How long the probe took: a conclusive probe's duration is added to its cluster's
+    /// latency history, in the same transaction.
+    pub duration: Option<Duration>,
 }
 
 /// The body of [`Store::apply_probe_by`], inside a transaction the caller commits.
@@ -2312,6 +2322,7 @@ async fn apply_probe_in_tx(
         mut now,
         mut next_due,
         claim,
+        duration,
     } = result;
     let mut previous_counted_by: Option<String> = None;
     if let Some(claim) = claim {
@@ -2596,6 +2607,9 @@ async fn apply_probe_in_tx(
         }),
     )
     .await?;
+    if let Some(duration) = duration.filter(|_| outcome.is_conclusive()) {
+        uptime::record_latency(tx, cluster, now, duration).await?;
+    }
 
     Ok(Some(AppliedProbe {
         cluster: record.name,

@@ -7,3 +7,4 @@ mod backends;
 mod backup;
 mod outbox;
 mod store;
+mod uptime;

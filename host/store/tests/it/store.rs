@@ -300,6 +300,7 @@ fn healthy_at(ids: &[ClusterId], now: Timestamp, next_due: Timestamp) -> Vec<Pro
             now,
             next_due,
             claim: None,
+            duration: None,
         })
         .collect()
 }
