@@ -612,6 +612,16 @@ pub struct ServeArgs {
           default_missing_value = "true")]
     pub second_opinion: bool,
 
+    /// The notifications file (TOML): webhooks and Alertmanagers to tell of confirmed
+    /// outages, recoveries, cascades, brake changes and plugin rollbacks. Read again on
+    /// SIGHUP; a file that cannot be used is refused and the one in force kept.
+    #[arg(
+        long = "notify-config",
+        env = "VIGIL_NOTIFY_CONFIG",
+        value_name = "VIGIL_NOTIFY_CONFIG"
+    )]
+    pub notify_config: Option<PathBuf>,
+
     /// The REST API.
     #[command(flatten)]
     pub api: ApiArgs,
@@ -905,6 +915,18 @@ impl ServeArgs {
         };
         let window = self.mass_failure_window.unwrap_or(self.interval);
         let plugins = self.plugins.config(home_dir.as_deref())?;
+        let notify = match &self.notify_config {
+            Some(path) => {
+                Some(
+                    vigil_notify::NotifyConfig::load(path).map_err(|error| SettingError {
+                        variable: "VIGIL_NOTIFY_CONFIG",
+                        value: path.display().to_string(),
+                        reason: error.to_string(),
+                    })?,
+                )
+            }
+            None => None,
+        };
         Ok(EngineConfig {
             defaults,
             brake: BrakeConfig {
@@ -934,6 +956,7 @@ impl ServeArgs {
                     second_opinion: self.second_opinion,
                 },
             },
+            notify,
         })
     }
 }

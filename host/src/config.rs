@@ -83,6 +83,8 @@ pub struct EngineConfig {
     pub audit_timeout: Duration,
     /// This replica, when replicas share a PostgreSQL database.
     pub replica: ReplicaConfig,
+    /// The notification sinks (`VIGIL_NOTIFY_CONFIG`), as read at start-up.
+    pub notify: Option<vigil_notify::NotifyConfig>,
 }
 
 /// Who this replica is among those sharing one PostgreSQL database (unused on SQLite).

@@ -13,8 +13,9 @@ use tracing::{debug, info, warn};
 
 use crate::config::{DISCOVERY_DEBOUNCE, EngineConfig, PluginConfig};
 use vigil_api::{
-    Access, ApiState, BoxFuture, PluginCatalog, PluginFailureView, PluginView, ProbationView,
-    ProbedByView, Readiness, ReloadView, TokensError, rfc3339,
+    Access, ApiState, BoxFuture, NotificationsReport, NotificationsView, PluginCatalog,
+    PluginFailureView, PluginView, ProbationView, ProbedByView, Readiness, ReloadView, SinkView,
+    TokensError, rfc3339,
 };
 use vigil_decision::{ProbeOutcome, ProbedBy};
 use vigil_domain::discovery::{self, DiscoverySettings, Sources};
@@ -25,6 +26,7 @@ use vigil_engine::discovery::run_discovery;
 use vigil_engine::metrics::Metrics;
 use vigil_engine::sharing::Owner;
 use vigil_engine::worker::{Sharing, Worker, WorkerSettings, WorkerStats};
+use vigil_notify::{Notifier, NotifyConfig, NotifyStatus};
 use vigil_plugin_host::{
     AuditOutcome, CandidateFailure, FindingSeverity, PluginEvent, PluginRuntime, PluginStatus,
     ReloadReport, RuntimeError, RuntimeSettings,
@@ -547,6 +549,75 @@ async fn heartbeat_loop(store: Store, replica: String, node: Option<String>) {
     }
 }
 
+/// `/readyz`'s view of the notification sinks.
+fn notifications_report(status: Arc<NotifyStatus>) -> NotificationsReport {
+    NotificationsReport(Arc::new(move || NotificationsView {
+        sinks: status
+            .sinks()
+            .into_iter()
+            .map(|(name, sink)| SinkView {
+                name,
+                kind: sink.kind.to_owned(),
+                failing: sink.failing,
+                attempts: sink.attempts,
+                last_error: sink.last_error,
+            })
+            .collect(),
+        config_error: status.config_error(),
+    }))
+}
+
+/// Reads the notifications file again on SIGHUP: a file that can be used replaces the
+/// configuration in force; one that cannot is refused, said in the log and in `/readyz`,
+/// and the one in force kept.
+async fn reload_notify_config_on_hangup(
+    config: tokio::sync::watch::Sender<Arc<NotifyConfig>>,
+    status: Arc<NotifyStatus>,
+) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hangups = match signal(SignalKind::hangup()) {
+        Ok(hangups) => hangups,
+        Err(error) => {
+            warn!(%error, "SIGHUP cannot be caught: the notifications file is read at start-up only");
+            return;
+        }
+    };
+    while hangups.recv().await.is_some() {
+        let Some(path) = config.borrow().path.clone() else {
+            continue;
+        };
+        match NotifyConfig::load(&path) {
+            Ok(new) => {
+                info!(path = %path.display(), sinks = new.sinks.len(), "notifications file read again");
+                status.set_config_error(None);
+                config.send_replace(Arc::new(new));
+            }
+            Err(error) => {
+                warn!(%error, "the notifications file read again is refused; the one in force is kept");
+                status.set_config_error(Some(error.to_string()));
+            }
+        }
+    }
+}
+
+/// How often notifications every sink was sent (or older than the history) are deleted.
+const OUTBOX_PRUNE_EVERY: Duration = Duration::from_secs(600);
+
+/// Deletes the notifications no sink waits for, and those older than the history's
+/// retention, every [`OUTBOX_PRUNE_EVERY`].
+async fn prune_outbox_loop(store: Store, retention_days: u32) {
+    let mut every = tokio::time::interval(OUTBOX_PRUNE_EVERY);
+    loop {
+        every.tick().await;
+        let before = vigil_decision::Timestamp(
+            wall_clock().0 - i64::from(retention_days) * 24 * 3600 * 1000,
+        );
+        if let Err(error) = store.prune_outbox(before).await {
+            warn!(error = %error_chain(&error), "pruning the notifications outbox failed; retrying later");
+        }
+    }
+}
+
 /// How long open API connections (event streams) may take to end after shutdown.
 const API_DRAIN: Duration = Duration::from_secs(2);
 
@@ -610,9 +681,14 @@ async fn run<P: Prober>(
             source,
         })?;
     let bound = listener.local_addr().unwrap_or(config.api.listen);
+    let notify_status = Arc::new(NotifyStatus::default());
     let readiness = Arc::new(Readiness {
         writes: worker.store_writes(),
         replica: shared.then(|| config.replica.id.clone()),
+        notifications: config
+            .notify
+            .is_some()
+            .then(|| notifications_report(Arc::clone(&notify_status))),
         ..Readiness::default()
     });
     let state = ApiState {
@@ -662,6 +738,27 @@ async fn run<P: Prober>(
         std::future::pending::<()>(),
     ));
 
+    let notifications = config.notify.clone().map(|notify| {
+        let holder = if shared {
+            config.replica.id.clone()
+        } else {
+            "local".to_owned()
+        };
+        let (config_tx, config_rx) = tokio::sync::watch::channel(Arc::new(notify));
+        let notifier = Notifier::new(store.clone(), holder, Arc::clone(&notify_status));
+        (
+            tokio::spawn(notifier.run(config_rx)),
+            tokio::spawn(reload_notify_config_on_hangup(
+                config_tx,
+                Arc::clone(&notify_status),
+            )),
+        )
+    });
+    let outbox_pruning = tokio::spawn(prune_outbox_loop(
+        store.clone(),
+        config.history_retention_days,
+    ));
+
     let (changed_tx, mut changed_rx) = mpsc::channel(1);
     let _watcher = match discovery::watch(&sources, DISCOVERY_DEBOUNCE, changed_tx) {
         Ok(watcher) => Some(watcher),
@@ -697,6 +794,13 @@ async fn run<P: Prober>(
         })
         .await;
     rediscovery.abort();
+    // A notification being sent when vigil stops is sent again at the next start, with
+    // the same id: its sink's position moves only once the receiver accepted it.
+    if let Some((notifier, reloads)) = notifications {
+        notifier.abort();
+        reloads.abort();
+    }
+    outbox_pruning.abort();
     // A prune pass is a series of short transactions: stopping between two loses nothing.
     retention.abort();
     if let Some(heartbeat) = heartbeat {

@@ -157,6 +157,46 @@ pub struct Readiness {
     pub writes: Arc<vigil_engine::worker::StoreWrites>,
     /// This replica's id, when replicas share the fleet on PostgreSQL.
     pub replica: Option<String>,
+    /// The notification sinks' state, when a notifications file is configured: details of
+    /// `/readyz` (a failing sink does not make vigil unready).
+    pub notifications: Option<NotificationsReport>,
+}
+
+/// Reports the notification sinks' state when asked.
+#[derive(Clone)]
+pub struct NotificationsReport(pub Arc<dyn Fn() -> NotificationsView + Send + Sync>);
+
+impl std::fmt::Debug for NotificationsReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NotificationsReport")
+    }
+}
+
+/// The notification sinks, as `/readyz` shows them.
+#[derive(Debug, Clone, Default, Serialize, ToSchema)]
+pub struct NotificationsView {
+    /// Each configured sink.
+    pub sinks: Vec<SinkView>,
+    /// Why the notifications file last read again (SIGHUP) was refused: the one before it
+    /// stays in force.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub config_error: Option<String>,
+}
+
+/// One notification sink.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct SinkView {
+    /// Its name in the notifications file.
+    pub name: String,
+    /// `webhook` or `alertmanager`.
+    pub kind: String,
+    /// Whether its last attempts failed, `failing_after` times in a row or more.
+    pub failing: bool,
+    /// Failed attempts in a row.
+    pub attempts: u64,
+    /// The last failure.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
 }
 
 impl Readiness {
@@ -205,6 +245,7 @@ impl Readiness {
             replica: self.replica.clone(),
             claims,
             cut_off,
+            notifications: self.notifications.as_ref().map(|report| (report.0)()),
             reasons,
         }
     }
@@ -462,6 +503,9 @@ struct Ready {
     /// are not counted.
     #[serde(skip_serializing_if = "Option::is_none")]
     cut_off: Option<bool>,
+    /// The notification sinks, when a notifications file is configured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    notifications: Option<NotificationsView>,
     /// Why vigil is not ready, one line each; empty when it is.
     reasons: Vec<String>,
 }

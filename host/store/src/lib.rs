@@ -2034,7 +2034,6 @@ async fn insert_event(
         outage.map(|o| o.0),
         kind,
         detail,
-        actor,
     )
     .await
 }

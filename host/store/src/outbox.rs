@@ -50,7 +50,7 @@ pub struct OutboxRecord {
     pub cluster_name: Option<String>,
     /// The cluster's labels (a JSON object) when the event was recorded.
     pub labels: String,
-    /// The event as JSON: its details, the outage, the apps by name, the actor.
+    /// The event as JSON: its details, the outage, the apps by name.
     pub payload: String,
     /// The cluster's reason class after the change, if any.
     pub reason_class: Option<String>,
@@ -80,7 +80,8 @@ pub struct SinkRecord {
 }
 
 /// Writes the notification of event `event_id` when `kind` is notified: called in the
-/// transaction that records the event.
+/// transaction that records the event. (No notified kind has an actor: they are the
+/// engine's own conclusions.)
 pub(crate) async fn enqueue(
     tx: &mut Tx,
     event_id: i64,
@@ -89,7 +90,6 @@ pub(crate) async fn enqueue(
     outage: Option<i64>,
     kind: &str,
     detail: &serde_json::Value,
-    actor: Option<&str>,
 ) -> Result<(), StoreError> {
     if !NOTIFIED_KINDS.contains(&kind) {
         return Ok(());
@@ -97,9 +97,6 @@ pub(crate) async fn enqueue(
     let mut payload = serde_json::json!({ "detail": detail });
     if let Some(outage) = outage {
         payload["outage"] = outage.into();
-    }
-    if let Some(actor) = actor {
-        payload["actor"] = actor.into();
     }
     // Cascades name their apps by id; a receiver wants their names.
     if let Some(ids) = detail.get("apps").and_then(serde_json::Value::as_array) {

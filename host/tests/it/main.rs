@@ -20,6 +20,7 @@ mod http_plugin;
 mod install;
 mod least_privilege;
 mod migrate;
+mod notify;
 mod plugins_doc;
 mod plugins_e2e;
 mod plugins_live;

@@ -1,0 +1,496 @@
+//! Notifications delivered from the outbox by a real `vigil serve`, to a loopback webhook
+//! receiver that verifies every signature with the reference `standardwebhooks` package
+//! (tests/notify/receiver.py, installed by `scripts/dev test` into target/tools/).
+//!
+//! A cluster that goes down and comes back is notified (the transition, the cascade, the
+//! recovery, the restoration), each once and in order, and a cluster's first status is
+//! not; a receiver that refuses for 30 s makes the sink failing in `/readyz` and gets
+//! everything once it recovers; vigil killed with SIGKILL while the receiver holds a
+//! notification sends it again after a restart, with the same id; vigil killed after a
+//! change committed but before it was delivered delivers it after a restart; a bad
+//! notifications file is refused at start-up (exit 2, naming the line and the field) and on
+//! SIGHUP (the one in force is kept, `/readyz` says why); no secret reaches the log, the
+//! outbox or the receiver's bodies.
+
+use std::fs::File;
+use std::io::{Read as _, Write as _};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use vigil_decision::{AppStatus, ClusterStatus};
+use vigil_domain::probe::wall_clock;
+use vigil_fake_kube::kubeconfig::write_kubeconfigs;
+use vigil_fake_kube::{AddressPlan, Fleet, KubeconfigOptions, KubeconfigShape, ShapePlan};
+use vigil_store::Store;
+
+use crate::process::{Running, listening_on, tail, vigil, wait_exit};
+use vigil_test_support as plugins;
+
+/// The receiver's secret (a test value: `whsec_` and 24 random bytes in base64).
+const SECRET: &str = "whsec_QmFzZTY0U2VjcmV0Rm9yVGVzdHNPbmx5MTI=";
+
+/// The Python that has `standardwebhooks` (`scripts/dev test` makes it).
+fn receiver_python() -> PathBuf {
+    if let Some(python) = std::env::var_os("VIGIL_WEBHOOK_PYTHON") {
+        return python.into();
+    }
+    let python = plugins::root().join("target/tools/webhook-receiver-1.3.0/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: `scripts/dev test` installs the reference webhook verifier \
+         (standardwebhooks from PyPI) there, or set VIGIL_WEBHOOK_PYTHON",
+        python.display()
+    );
+    python
+}
+
+/// The webhook receiver, killed with the test.
+struct Receiver {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+    control: PathBuf,
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Receiver {
+    fn start(dir: &Path) -> Self {
+        let control = dir.join("receiver-control");
+        std::fs::create_dir_all(&control).unwrap();
+        let log = dir.join("received.jsonl");
+        let port_file = dir.join("receiver.port");
+        let child = Command::new(receiver_python())
+            .arg(plugins::root().join("tests/notify/receiver.py"))
+            .args([SECRET])
+            .arg(&log)
+            .arg(&control)
+            .arg(&port_file)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let port = loop {
+            if let Ok(text) = std::fs::read_to_string(&port_file) {
+                break text.trim().parse().unwrap();
+            }
+            assert!(Instant::now() < deadline, "the receiver never started");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        Self {
+            child,
+            port,
+            log,
+            control,
+        }
+    }
+
+    /// Every request received, in order.
+    fn requests(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|line| serde_json::from_str(line).ok())
+            .collect()
+    }
+
+    /// The notifications accepted (verified, answered 2xx or held), in order.
+    fn accepted(&self) -> Vec<Value> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.get("invalid").is_none() && r.get("refused").is_none())
+            .collect()
+    }
+
+    fn set(&self, switch: &str, on: bool) {
+        let path = self.control.join(switch);
+        if on {
+            File::create(path).unwrap();
+        } else {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// `(type, cluster, from→to)` of a notification.
+fn summary(request: &Value) -> String {
+    let body = &request["body"];
+    let data = &body["data"];
+    let detail = &data["detail"];
+    match body["type"].as_str().unwrap_or("") {
+        "status-changed" => format!(
+            "{} {} {}->{}",
+            body["type"].as_str().unwrap(),
+            data["cluster"].as_str().unwrap_or("-"),
+            detail["from"].as_str().unwrap_or("?"),
+            detail["to"].as_str().unwrap_or("?")
+        ),
+        kind => format!(
+            "{kind} {} {}",
+            data["cluster"].as_str().unwrap_or("-"),
+            data["apps"]
+        ),
+    }
+}
+
+fn http_get(address: SocketAddr, path: &str) -> String {
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default()
+}
+
+struct Setup {
+    dir: tempfile::TempDir,
+    kubeconfigs: PathBuf,
+    notify: PathBuf,
+    database: PathBuf,
+    /// The log of the current run (each run has its own file).
+    log: PathBuf,
+    runs: u32,
+}
+
+impl Setup {
+    fn serve(&mut self) -> (Running, SocketAddr) {
+        self.runs += 1;
+        self.log = self.dir.path().join(format!("vigil-{}.log", self.runs));
+        let mut child = vigil(self.dir.path())
+            .arg("serve")
+            .env("KUBECONFIG_DIR", &self.kubeconfigs)
+            .env(
+                "VIGIL_PLUGIN_DIR",
+                plugins::plugin_dir_with_only(self.dir.path(), "kubeconfig-file"),
+            )
+            .env(
+                "VIGIL_CACHE_DIR",
+                Path::new(env!("CARGO_TARGET_TMPDIR")).join("plugins-e2e-cache"),
+            )
+            .env(
+                "DATABASE_URL",
+                format!("sqlite://{}", self.database.display()),
+            )
+            .env("VIGIL_NOTIFY_CONFIG", &self.notify)
+            .env("CLUSTER_HEALTH_INTERVAL", "1")
+            .env("CLUSTER_HEALTH_TIMEOUT", "5")
+            .env("CLUSTER_HEALTH_FAILURE_THRESHOLD", "2")
+            .stderr(File::create(&self.log).unwrap())
+            .spawn()
+            .map(Running)
+            .unwrap();
+        let address = listening_on(&self.log, &mut child).parse().unwrap();
+        (child, address)
+    }
+}
+
+fn kill(child: &Child, signal: &str) {
+    let status = Command::new("kill")
+        .args([signal, &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+async fn wait_until(what: &str, log: &Path, mut check: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !check().await {
+        assert!(Instant::now() < deadline, "never {what}:\n{}", tail(log));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outages_and_recoveries_reach_a_signed_webhook_once_in_order_across_failures_and_crashes() {
+    let dir = tempfile::tempdir().unwrap();
+    let receiver = Receiver::start(dir.path());
+    let kubeconfigs = dir.path().join("kubeconfigs");
+    let fleet = Fleet::builder()
+        .clusters(5)
+        .addresses(AddressPlan::Auto)
+        .start()
+        .await
+        .unwrap();
+    write_kubeconfigs(
+        fleet.clusters(),
+        &kubeconfigs,
+        &KubeconfigOptions {
+            shapes: ShapePlan::Only(KubeconfigShape::Token),
+            single_file: false,
+        },
+    )
+    .unwrap();
+    let names: Vec<String> = fleet
+        .clusters()
+        .iter()
+        .map(|c| c.name().to_owned())
+        .collect();
+    let secret_file = dir.path().join("webhook.secret");
+    std::fs::write(&secret_file, format!("{SECRET}\n")).unwrap();
+    let notify = dir.path().join("notify.toml");
+    let config = format!(
+        "[delivery]\nfailing_after = 3\nmax_backoff = \"2s\"\n\n\
+         [[webhook]]\nname = \"ops\"\nurl = \"http://127.0.0.1:{}/hook\"\n\
+         secret_file = \"{}\"\ntimeout = \"3s\"\n",
+        receiver.port,
+        secret_file.display()
+    );
+    std::fs::write(&notify, &config).unwrap();
+    let mut setup = Setup {
+        kubeconfigs,
+        notify,
+        database: dir.path().join("vigil.db"),
+        log: PathBuf::new(),
+        runs: 0,
+        dir,
+    };
+    let (mut server, api) = setup.serve();
+    let store = Store::open(&format!("sqlite://{}", setup.database.display()))
+        .await
+        .unwrap();
+    let status_of = async |name: &str| store.cluster(name).await.unwrap().health.status;
+    wait_until("all ONLINE", &setup.log, async || {
+        let clusters = store.clusters().await.unwrap();
+        clusters.len() == 5
+            && clusters
+                .iter()
+                .all(|c| c.health.status == ClusterStatus::Online)
+    })
+    .await;
+    let now = wall_clock();
+    store
+        .register_app("shop", &names[0], AppStatus::Deployed, now)
+        .await
+        .unwrap();
+
+    // An outage: the transition and the cascade, signed, once each, in order; the
+    // clusters' first status (UNKNOWN→ONLINE) is not notified.
+    fleet.get(0).unwrap().refuse().await.unwrap();
+    wait_until("the outage notified", &setup.log, async || {
+        receiver.accepted().len() >= 2
+    })
+    .await;
+    let down = format!("status-changed {} ONLINE->OFFLINE", names[0]);
+    let degraded = format!("apps-degraded {} [\"shop\"]", names[0]);
+    assert_eq!(
+        receiver.accepted().iter().map(summary).collect::<Vec<_>>(),
+        [down.clone(), degraded.clone()]
+    );
+    let first = &receiver.accepted()[0];
+    assert_eq!(first["body"]["data"]["reason_class"], "refused");
+    assert_eq!(first["path"], "/hook");
+    assert!(first["signature"].as_str().unwrap().starts_with("v1,"));
+    let skew = wall_clock().0 / 1000 - first["timestamp"].as_str().unwrap().parse::<i64>().unwrap();
+    assert!((0..60).contains(&skew), "timestamp of the attempt: {skew}");
+
+    // The receiver refuses for 30 s: the recovery is tried again and again, the sink
+    // shows as failing, and once the receiver accepts, the recovery arrives, once.
+    receiver.set("fail", true);
+    fleet.get(0).unwrap().come_back().await.unwrap();
+    wait_until("ONLINE again", &setup.log, async || {
+        status_of(&names[0]).await == ClusterStatus::Online
+    })
+    .await;
+    let failing_since = Instant::now();
+    wait_until("the sink failing in /readyz", &setup.log, async || {
+        let ready: Value = serde_json::from_str(&http_get(api, "/readyz")).unwrap();
+        ready["notifications"]["sinks"][0]["failing"] == true
+    })
+    .await;
+    let ready: Value = serde_json::from_str(&http_get(api, "/readyz")).unwrap();
+    assert_eq!(ready["notifications"]["sinks"][0]["name"], "ops");
+    assert_eq!(
+        ready["ready"], true,
+        "a failing sink does not make vigil unready"
+    );
+    assert!(
+        ready["notifications"]["sinks"][0]["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("503"),
+        "{ready}"
+    );
+    tokio::time::sleep(Duration::from_secs(30).saturating_sub(failing_since.elapsed())).await;
+    let refused = receiver
+        .requests()
+        .iter()
+        .filter(|r| r.get("refused").is_some())
+        .count();
+    assert!(refused >= 5, "retried while refused: {refused} attempts");
+    receiver.set("fail", false);
+    let up = format!("status-changed {} OFFLINE->ONLINE", names[0]);
+    let restored = format!("apps-restored {} [\"shop\"]", names[0]);
+    wait_until("the recovery notified", &setup.log, async || {
+        receiver.accepted().len() >= 4
+    })
+    .await;
+    wait_until("the sink healthy again", &setup.log, async || {
+        let ready: Value = serde_json::from_str(&http_get(api, "/readyz")).unwrap();
+        ready["notifications"]["sinks"][0]["failing"] == false
+    })
+    .await;
+
+    // vigil killed while the receiver holds a notification: after a restart it is sent
+    // again with the same id.
+    receiver.set("hold", true);
+    fleet.get(1).unwrap().refuse().await.unwrap();
+    wait_until("the next outage received", &setup.log, async || {
+        receiver.accepted().len() >= 5
+    })
+    .await;
+    let held = receiver.accepted()[4].clone();
+    assert_eq!(
+        summary(&held),
+        format!("status-changed {} ONLINE->OFFLINE", names[1])
+    );
+    kill(&server, "-KILL");
+    wait_exit(&mut server, Duration::from_secs(10));
+    receiver.set("hold", false);
+
+    // And a change committed while vigil cannot deliver (the receiver refuses), then vigil
+    // killed: delivered after the restart.
+    let (mut server, _) = setup.serve();
+    wait_until("the held notification sent again", &setup.log, async || {
+        receiver.accepted().len() >= 6
+    })
+    .await;
+    assert_eq!(receiver.accepted()[5]["id"], held["id"], "the same id");
+    assert_eq!(
+        receiver.accepted()[5]["body"],
+        held["body"],
+        "the same body"
+    );
+    receiver.set("fail", true);
+    let committed_before = store.events(None).await.unwrap().len();
+    fleet.get(2).unwrap().refuse().await.unwrap();
+    wait_until("the third outage committed", &setup.log, async || {
+        status_of(&names[2]).await == ClusterStatus::Offline
+    })
+    .await;
+    assert!(store.events(None).await.unwrap().len() > committed_before);
+    kill(&server, "-KILL");
+    wait_exit(&mut server, Duration::from_secs(10));
+    receiver.set("fail", false);
+    let (mut server, api) = setup.serve();
+    let third = format!("status-changed {} ONLINE->OFFLINE", names[2]);
+    wait_until("the third outage delivered", &setup.log, async || {
+        receiver.accepted().iter().any(|r| summary(r) == third)
+    })
+    .await;
+
+    // Everything once, in order (the held one twice, with one id), all verified.
+    let accepted = receiver.accepted();
+    let summaries: Vec<String> = accepted.iter().map(summary).collect();
+    assert_eq!(
+        summaries[..4],
+        [down, degraded, up, restored],
+        "{summaries:#?}"
+    );
+    let mut ids: Vec<&str> = accepted.iter().map(|r| r["id"].as_str().unwrap()).collect();
+    let held_id = held["id"].as_str().unwrap();
+    assert_eq!(ids.iter().filter(|id| **id == held_id).count(), 2);
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(
+        ids.len(),
+        accepted.len() - 1,
+        "each id once but the held one"
+    );
+    assert!(
+        receiver
+            .requests()
+            .iter()
+            .all(|r| r.get("invalid").is_none()),
+        "every signature verifies: {:?}",
+        receiver.requests()
+    );
+
+    // A bad file on SIGHUP is refused, said in /readyz; the one in force stays.
+    std::fs::write(&setup.notify, config.replace("http://", "ftp://")).unwrap();
+    kill(&server, "-HUP");
+    wait_until("the refusal in /readyz", &setup.log, async || {
+        let ready: Value = serde_json::from_str(&http_get(api, "/readyz")).unwrap();
+        ready["notifications"]["config_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("notify.toml:5:") && e.contains("webhook[0].url"))
+    })
+    .await;
+    fleet.get(2).unwrap().come_back().await.unwrap();
+    let back = format!("status-changed {} OFFLINE->ONLINE", names[2]);
+    wait_until("the old sink still sent to", &setup.log, async || {
+        receiver.accepted().iter().any(|r| summary(r) == back)
+    })
+    .await;
+
+    // No secret anywhere: not in the logs, the outbox, nor what the receiver got.
+    let key = SECRET.trim_start_matches("whsec_");
+    let log: String = (1..=setup.runs)
+        .map(|run| {
+            std::fs::read_to_string(setup.dir.path().join(format!("vigil-{run}.log"))).unwrap()
+        })
+        .collect();
+    assert!(!log.contains(key), "the secret in the log");
+    let received = std::fs::read_to_string(&receiver.log).unwrap();
+    assert!(!received.contains(key));
+    let outbox: Vec<String> = sqlx::query_scalar("SELECT payload FROM outbox")
+        .fetch_all(store.pool())
+        .await
+        .unwrap();
+    assert!(outbox.iter().all(|p| !p.contains(key)));
+    for token_file in std::fs::read_dir(&setup.kubeconfigs).unwrap() {
+        let text = std::fs::read_to_string(token_file.unwrap().path()).unwrap();
+        for token in text
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("token: "))
+        {
+            assert!(!log.contains(token) && !received.contains(token));
+            assert!(outbox.iter().all(|p| !p.contains(token)));
+        }
+    }
+    kill(&server, "-TERM");
+    assert!(wait_exit(&mut server, Duration::from_secs(20)).success());
+}
+
+#[test]
+fn a_bad_notifications_file_stops_start_up_naming_the_line_and_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let notify = dir.path().join("notify.toml");
+    std::fs::write(
+        &notify,
+        "[[webhook]]\nname = \"ops\"\nurl = \"http://127.0.0.1:9/\"\n\
+         secret_file = \"/nonexistent\"\nretries = 3\n",
+    )
+    .unwrap();
+    let output = vigil(dir.path())
+        .arg("serve")
+        .env("VIGIL_NOTIFY_CONFIG", &notify)
+        .env("KUBECONFIG_PATH", dir.path().join("none"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "{}:5:1: unknown field `retries`",
+            notify.display()
+        )),
+        "{stderr}"
+    );
+}
