@@ -24,6 +24,8 @@ mod events;
 mod extract;
 mod page;
 mod plugins;
+#[allow(unused_qualifications)]
+mod uptime;
 mod view_cache;
 mod views;
 
@@ -400,6 +402,7 @@ fn routes() -> (Router<ApiState>, OpenApiDoc) {
         .merge(apps::routes())
         .merge(plugins::routes())
         .merge(events::routes())
+        .merge(uptime::routes())
         .routes(utoipa_axum::routes!(healthz))
         .routes(utoipa_axum::routes!(readyz))
         .routes(utoipa_axum::routes!(metrics))

@@ -646,3 +646,184 @@ impl From<&vigil_store::AuditRecord> for AuditView {
         }
     }
 }
+
+/// How many clusters have each status.
+#[derive(Debug, Clone, Copy, Default, Serialize, ToSchema)]
+pub struct StatusCountsView {
+    /// Clusters `ONLINE`.
+    #[serde(rename = "ONLINE")]
+    pub online: u64,
+    /// Clusters `OFFLINE`.
+    #[serde(rename = "OFFLINE")]
+    pub offline: u64,
+    /// Clusters `UNKNOWN`.
+    #[serde(rename = "UNKNOWN")]
+    pub unknown: u64,
+}
+
+impl StatusCountsView {
+    /// The counts of a map of statuses to counts (a status absent counts 0).
+    pub fn of(counts: &BTreeMap<vigil_decision::ClusterStatus, u64>) -> Self {
+        use vigil_decision::ClusterStatus::{Offline, Online, Unknown};
+        let count = |status| counts.get(&status).copied().unwrap_or(0);
+        Self {
+            online: count(Online),
+            offline: count(Offline),
+            unknown: count(Unknown),
+        }
+    }
+
+    /// All of them.
+    pub fn total(&self) -> u64 {
+        self.online + self.offline + self.unknown
+    }
+}
+
+/// The clusters carrying one label, by status.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct LabelGroupView {
+    /// The label's key.
+    pub key: String,
+    /// The label's value.
+    pub value: String,
+    /// How many clusters carry it.
+    pub clusters: u64,
+    /// How many of them have each status.
+    pub statuses: StatusCountsView,
+}
+
+/// The fleet at a glance: how many clusters have each status, overall and per label.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct SummaryView {
+    /// How many clusters there are (deleted ones not counted).
+    pub clusters: u64,
+    /// How many have each status.
+    pub statuses: StatusCountsView,
+    /// Whether the mass-failure brake holds: failures are not counted meanwhile.
+    pub brake_holding: bool,
+    /// Per label `key=value`, by key then value: how many clusters carry it and their
+    /// statuses.
+    pub labels: Vec<LabelGroupView>,
+}
+
+/// A stretch of time split by what vigil knew of a cluster, in whole seconds (rounded
+/// down). Only the time vigil watched counts toward a status: `no_data_seconds` is the
+/// time when no vigil was running, the mass-failure brake held, or the cluster was not
+/// known yet.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct UptimeSpanView {
+    /// Its start (RFC 3339).
+    pub from: String,
+    /// Its end (RFC 3339): now, for a stretch that runs to now.
+    pub to: String,
+    /// Its length.
+    pub seconds: u64,
+    /// Watched, and the cluster was `ONLINE`.
+    pub online_seconds: u64,
+    /// Watched, and the cluster was `OFFLINE`.
+    pub offline_seconds: u64,
+    /// Watched, and the cluster was `UNKNOWN` (never probed conclusively).
+    pub unknown_seconds: u64,
+    /// Not watched.
+    pub no_data_seconds: u64,
+    /// `online / (online + offline)` in percent (`UNKNOWN` and no data are left out);
+    /// `null` when the cluster was watched neither `ONLINE` nor `OFFLINE`.
+    pub uptime_percent: Option<f64>,
+}
+
+impl UptimeSpanView {
+    /// The view of `split`, over `span`.
+    pub fn new(
+        span: vigil_store::availability::Span,
+        split: &vigil_store::availability::Split,
+    ) -> Self {
+        let seconds = |millis: i64| u64::try_from(millis / 1000).unwrap_or(0);
+        Self {
+            from: rfc3339(Timestamp(span.from)),
+            to: rfc3339(Timestamp(span.to)),
+            seconds: seconds(span.millis()),
+            online_seconds: seconds(split.online),
+            offline_seconds: seconds(split.offline),
+            unknown_seconds: seconds(split.unknown),
+            no_data_seconds: seconds(split.no_data),
+            uptime_percent: split.uptime_percent(),
+        }
+    }
+}
+
+/// A window of a cluster's uptime.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct UptimeWindowView {
+    /// `24h` (the 24 hours up to now), or `7d`, `30d`, `90d` (that many UTC days, today
+    /// up to now the last of them).
+    pub window: String,
+    /// The window, split.
+    #[serde(flatten)]
+    pub span: UptimeSpanView,
+}
+
+/// A UTC day of a cluster's uptime.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct UptimeDayView {
+    /// The day, `YYYY-MM-DD`.
+    pub date: String,
+    /// The day, split (today: up to now).
+    #[serde(flatten)]
+    pub span: UptimeSpanView,
+}
+
+/// A cluster's uptime: over the last 24 hours, 7, 30 and 90 days, and day by day.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct UptimeView {
+    /// The cluster's name.
+    pub cluster: String,
+    /// Its status now.
+    pub status: String,
+    /// When this was computed (the database's clock).
+    pub at: String,
+    /// `24h`, `7d`, `30d` and `90d`, in that order.
+    pub windows: Vec<UptimeWindowView>,
+    /// Its last days, oldest first, today (up to now) last.
+    pub days: Vec<UptimeDayView>,
+}
+
+/// The conclusive probes of a cluster that ended in one bucket of time.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct LatencyBucketView {
+    /// The bucket's start (RFC 3339).
+    pub start: String,
+    /// How many probes ended in it.
+    pub probes: u64,
+    /// Their mean duration, in milliseconds.
+    pub mean_ms: f64,
+    /// The longest of them, in milliseconds.
+    pub max_ms: u64,
+    /// Their durations added up, in milliseconds.
+    pub total_ms: u64,
+}
+
+/// How long a cluster's conclusive probes took, per bucket of time, oldest first.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct LatencyView {
+    /// The cluster's name.
+    pub cluster: String,
+    /// The width of a bucket, in seconds.
+    pub bucket_seconds: u64,
+    /// The buckets from the one holding `since` on (a bucket with no probe is absent).
+    pub buckets: Vec<LatencyBucketView>,
+}
+
+impl From<&vigil_store::LatencyBucket> for LatencyBucketView {
+    fn from(bucket: &vigil_store::LatencyBucket) -> Self {
+        // Sums of milliseconds over five minutes fit an f64 exactly.
+        #[allow(clippy::cast_precision_loss)]
+        let mean_ms = bucket.total_ms as f64 / bucket.probes.max(1) as f64;
+        Self {
+            start: rfc3339(bucket.start),
+            probes: bucket.probes,
+            mean_ms,
+            max_ms: bucket.max_ms,
+            total_ms: bucket.total_ms,
+        }
+    }
+}

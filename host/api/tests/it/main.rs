@@ -6,3 +6,4 @@
 mod api;
 mod audits;
 mod readiness;
+mod uptime;
