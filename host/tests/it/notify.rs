@@ -494,3 +494,167 @@ fn a_bad_notifications_file_stops_start_up_naming_the_line_and_the_field() {
         "{stderr}"
     );
 }
+
+/// An RFC 3339 time, as a point in time (Alertmanager writes fewer fraction digits).
+fn at(text: &str) -> std::time::SystemTime {
+    humantime::parse_rfc3339_weak(text.trim_end_matches('Z')).unwrap()
+}
+
+/// Debian's Alertmanager on loopback, killed with the test.
+struct Alertmanager {
+    child: Child,
+    address: SocketAddr,
+}
+
+impl Drop for Alertmanager {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Alertmanager {
+    fn start(dir: &Path) -> Self {
+        let config = dir.join("alertmanager.yml");
+        // A short resolve_timeout: an alert posted once, without vigil posting it again,
+        // would be resolved by Alertmanager after it.
+        std::fs::write(
+            &config,
+            "global:\n  resolve_timeout: 5s\nroute:\n  receiver: none\nreceivers:\n  - name: none\n",
+        )
+        .unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let address: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let child = Command::new("prometheus-alertmanager")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.path={}",
+                dir.join("alertmanager").display()
+            ))
+            .arg(format!("--web.listen-address={address}"))
+            // No gossip with peers: one Alertmanager, nothing but loopback.
+            .arg("--cluster.listen-address=")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(File::create(dir.join("alertmanager.log")).unwrap())
+            .spawn()
+            .expect("prometheus-alertmanager (Debian's package; `scripts/dev test` installs it)");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(address).is_err() {
+            assert!(Instant::now() < deadline, "Alertmanager never listened");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Self { child, address }
+    }
+
+    /// The alerts Alertmanager holds as active.
+    fn active(&self) -> Vec<Value> {
+        let body = http_get(
+            self.address,
+            "/api/v2/alerts?active=true&silenced=false&inhibited=false",
+        );
+        let alerts: Vec<Value> = serde_json::from_str(&body).unwrap_or_default();
+        alerts
+            .into_iter()
+            .filter(|a| a["status"]["state"] == "active")
+            .collect()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_offline_cluster_fires_in_alertmanager_past_its_resolve_timeout_and_resolves_on_recovery()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let alertmanager = Alertmanager::start(dir.path());
+    let kubeconfigs = dir.path().join("kubeconfigs");
+    let fleet = Fleet::builder()
+        .clusters(3)
+        .addresses(AddressPlan::Auto)
+        .start()
+        .await
+        .unwrap();
+    write_kubeconfigs(
+        fleet.clusters(),
+        &kubeconfigs,
+        &KubeconfigOptions {
+            shapes: ShapePlan::Only(KubeconfigShape::Token),
+            single_file: false,
+        },
+    )
+    .unwrap();
+    let down = fleet.clusters()[0].name().to_owned();
+    let notify = dir.path().join("notify.toml");
+    std::fs::write(
+        &notify,
+        format!(
+            "[[alertmanager]]\nname = \"alerts\"\nurls = [\"http://{}\"]\nrepeat_interval = \"2s\"\n",
+            alertmanager.address
+        ),
+    )
+    .unwrap();
+    let mut setup = Setup {
+        kubeconfigs,
+        notify,
+        database: dir.path().join("vigil.db"),
+        log: PathBuf::new(),
+        runs: 0,
+        dir,
+    };
+    let (mut server, _) = setup.serve();
+    let store = Store::open(&format!("sqlite://{}", setup.database.display()))
+        .await
+        .unwrap();
+    wait_until("all ONLINE", &setup.log, async || {
+        let clusters = store.clusters().await.unwrap();
+        clusters.len() == 3
+            && clusters
+                .iter()
+                .all(|c| c.health.status == ClusterStatus::Online)
+    })
+    .await;
+    assert!(alertmanager.active().is_empty());
+
+    fleet.get(0).unwrap().refuse().await.unwrap();
+    wait_until("the alert firing", &setup.log, async || {
+        !alertmanager.active().is_empty()
+    })
+    .await;
+    let firing = alertmanager.active();
+    assert_eq!(firing.len(), 1, "{firing:?}");
+    assert_eq!(firing[0]["labels"]["alertname"], "VigilClusterOffline");
+    assert_eq!(firing[0]["labels"]["cluster"], down.as_str());
+    assert_eq!(firing[0]["labels"]["severity"], "critical");
+    assert!(
+        firing[0]["annotations"]["description"]
+            .as_str()
+            .unwrap()
+            .starts_with("refused"),
+        "{firing:?}"
+    );
+    let outage = store.outages(&down).await.unwrap()[0];
+    let starts_at = firing[0]["startsAt"].as_str().unwrap().to_owned();
+    assert_eq!(
+        at(&starts_at),
+        at(&vigil_notify::message::rfc3339(outage.opened_at)),
+        "startsAt is the outage's opening"
+    );
+
+    // Twice the resolve_timeout later, and past the first post's endsAt: still firing,
+    // because vigil posts it again.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let still = alertmanager.active();
+    assert_eq!(still.len(), 1, "{still:?}");
+    assert_eq!(at(still[0]["startsAt"].as_str().unwrap()), at(&starts_at));
+
+    fleet.get(0).unwrap().come_back().await.unwrap();
+    wait_until("the alert resolved", &setup.log, async || {
+        alertmanager.active().is_empty()
+    })
+    .await;
+    kill(&server, "-TERM");
+    assert!(wait_exit(&mut server, Duration::from_secs(20)).success());
+}
