@@ -346,3 +346,48 @@ async fn the_summary_of_ten_thousand_clusters_is_one_quick_query() {
     );
     assert_eq!(rolled.rollups, 10_000);
 }
+
+/// `vigil migrate` copies what the uptime is made of: the engines' runs, the rollups
+/// and the latency buckets, so a status page reads the same after the move.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_uptime_and_latency_come_across_a_copy_to_postgresql() {
+    let from = Fresh::new(vigil_store::Backend::Sqlite).await;
+    let store = &from.store;
+    let run = store.open_coverage("", h(0.0)).await.unwrap();
+    let cluster = super::backends::register(store, "a").await;
+    for (at, outcome) in [(h(1.0), ProbeOutcome::Healthy), (h(30.0), refused())] {
+        let result = ProbeResult {
+            cluster,
+            outcome: &outcome,
+            by: None,
+            now: at,
+            next_due: at.plus_secs(60),
+            claim: None,
+            duration: Some(Duration::from_millis(75)),
+        };
+        store.apply_probes(&[result], &settings()).await.unwrap();
+    }
+    store.extend_coverage(run, h(40.0)).await.unwrap();
+    let now = h(40.0);
+    let rolled = store.roll_up_uptime(now, h(-100.0)).await.unwrap();
+    assert_eq!(rolled.rollups, 1);
+    let before = store.cluster_uptime("a", now, 2).await.unwrap();
+    let latency = store.probe_latency("a", h(0.0)).await.unwrap();
+
+    let to = Fresh::new(vigil_store::Backend::Postgres).await;
+    let copied = store.copy_to(&to.store).await.unwrap();
+    for table in ["engine_coverage", "uptime_daily", "probe_latency"] {
+        assert!(
+            copied
+                .tables
+                .iter()
+                .any(|(name, rows)| *name == table && *rows > 0),
+            "{table}: {copied:?}"
+        );
+    }
+    assert_eq!(to.store.cluster_uptime("a", now, 2).await.unwrap(), before);
+    assert_eq!(to.store.probe_latency("a", h(0.0)).await.unwrap(), latency);
+    // The copy's next engine run gets an id of its own.
+    let next = to.store.open_coverage("", h(41.0)).await.unwrap();
+    assert_ne!(next, run);
+}
