@@ -23,7 +23,7 @@ use vigil_domain::probe::{NoPlugins, ProbeTarget, Probed, Prober, error_chain, w
 use vigil_domain::secrets;
 use vigil_engine::auditing::{AuditSettings, Auditor, audit_loop};
 use vigil_engine::discovery::run_discovery;
-use vigil_engine::metrics::Metrics;
+use vigil_engine::metrics::{Metrics, SinkMetrics};
 use vigil_engine::sharing::Owner;
 use vigil_engine::worker::{Sharing, Worker, WorkerSettings, WorkerStats};
 use vigil_notify::{Notifier, NotifyConfig, NotifyStatus};
@@ -682,6 +682,22 @@ async fn run<P: Prober>(
         })?;
     let bound = listener.local_addr().unwrap_or(config.api.listen);
     let notify_status = Arc::new(NotifyStatus::default());
+    if config.notify.is_some() {
+        let status = Arc::clone(&notify_status);
+        metrics.set_notification_sinks(move || {
+            status
+                .sinks()
+                .into_iter()
+                .map(|(name, sink)| SinkMetrics {
+                    name,
+                    kind: sink.kind,
+                    failing: sink.failing,
+                    delivered: sink.delivered,
+                    failures: sink.failures,
+                })
+                .collect()
+        });
+    }
     let readiness = Arc::new(Readiness {
         writes: worker.store_writes(),
         replica: shared.then(|| config.replica.id.clone()),

@@ -128,6 +128,40 @@ struct Recorded {
     stale_results: Counter,
     /// This replica's id and node, when replicas share the fleet.
     replica: std::sync::OnceLock<(String, String)>,
+    /// Where the notification sinks' state is read at each scrape, when sinks are
+    /// configured.
+    sinks: std::sync::OnceLock<SinkSource>,
+}
+
+/// Reads the notification sinks' state.
+#[derive(Clone)]
+struct SinkSource(Arc<dyn Fn() -> Vec<SinkMetrics> + Send + Sync>);
+
+impl std::fmt::Debug for SinkSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SinkSource")
+    }
+}
+
+/// One notification sink's state, as the senders report it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SinkMetrics {
+    /// Its name.
+    pub name: String,
+    /// `webhook` or `alertmanager`.
+    pub kind: &'static str,
+    /// Whether it counts as failing.
+    pub failing: bool,
+    /// Notifications this process delivered to it.
+    pub delivered: u64,
+    /// Attempts of this process that failed.
+    pub failures: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct SinkLabels {
+    sink: String,
+    kind: &'static str,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -159,6 +193,7 @@ impl Metrics {
                 start_delay: Histogram::new(DELAY_BUCKETS),
                 stale_results: Counter::default(),
                 replica: std::sync::OnceLock::new(),
+                sinks: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -170,6 +205,15 @@ impl Metrics {
             .inner
             .replica
             .set((replica.to_owned(), node.unwrap_or_default().to_owned()));
+    }
+
+    /// Where scrapes read the notification sinks' state (`vigil_notify_*`). The first
+    /// source given stays.
+    pub fn set_notification_sinks(
+        &self,
+        source: impl Fn() -> Vec<SinkMetrics> + Send + Sync + 'static,
+    ) {
+        let _ = self.inner.sinks.set(SinkSource(Arc::new(source)));
     }
 
     /// Whether scrapes carry one series per cluster.
@@ -433,6 +477,47 @@ impl Metrics {
                  the probes' results, discovery has run, the clusters overdue at start-up are \
                  probed), else 0",
                 gauge,
+            );
+        }
+
+        if let Some(source) = self.inner.sinks.get() {
+            let failing = Family::<SinkLabels, Gauge>::default();
+            let pending = Family::<SinkLabels, Gauge>::default();
+            let delivered = Family::<SinkLabels, Counter>::default();
+            let failures = Family::<SinkLabels, Counter>::default();
+            for sink in (source.0)() {
+                let labels = SinkLabels {
+                    sink: sink.name.clone(),
+                    kind: sink.kind,
+                };
+                failing.get_or_create(&labels).set(i64::from(sink.failing));
+                // Read before the family's guard is taken: it must not be held across
+                // an await.
+                let waiting = store.outbox_pending(&sink.name).await?;
+                pending.get_or_create(&labels).set(waiting);
+                delivered.get_or_create(&labels).inc_by(sink.delivered);
+                failures.get_or_create(&labels).inc_by(sink.failures);
+            }
+            registry.register(
+                "vigil_notify_sink_failing",
+                "1 while a notification sink failed too many attempts in a row (it is still \
+                 tried), else 0",
+                failing,
+            );
+            registry.register(
+                "vigil_notify_pending",
+                "Notifications committed and not yet sent to the sink, database-wide",
+                pending,
+            );
+            registry.register(
+                "vigil_notify_delivered",
+                "Notifications this process delivered, by sink",
+                delivered,
+            );
+            registry.register(
+                "vigil_notify_failed_attempts",
+                "Attempts of this process at sending a notification that failed, by sink",
+                failures,
             );
         }
 

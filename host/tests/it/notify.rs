@@ -327,6 +327,14 @@ async fn outages_and_recoveries_reach_a_signed_webhook_once_in_order_across_fail
             .contains("503"),
         "{ready}"
     );
+    let metrics = http_get(api, "/metrics");
+    for series in [
+        "vigil_notify_sink_failing{sink=\"ops\",kind=\"webhook\"} 1",
+        "vigil_notify_pending{sink=\"ops\",kind=\"webhook\"} 2",
+        "vigil_notify_delivered_total{sink=\"ops\",kind=\"webhook\"} 2",
+    ] {
+        assert!(metrics.contains(series), "{series} not in\n{metrics}");
+    }
     tokio::time::sleep(Duration::from_secs(30).saturating_sub(failing_since.elapsed())).await;
     let refused = receiver
         .requests()
