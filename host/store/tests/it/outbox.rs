@@ -9,7 +9,7 @@ use vigil_decision::{AppStatus, ProbeOutcome};
 use vigil_store::outbox::{OutboxRecord, sink_lease};
 use vigil_store::{Backend, ClusterPatch, Store};
 
-use super::backends::{Fresh, probe, register, t, take_down};
+use super::backends::{Fresh, probe, refused, register, t, take_down};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite() {
@@ -25,6 +25,66 @@ async fn postgres() {
         Fresh::new(Backend::Postgres).await,
     )
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn brake_changes_and_plugin_rollbacks_are_notified_sqlite() {
+    brake_changes_and_plugin_rollbacks_are_notified(Fresh::new(Backend::Sqlite).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn brake_changes_and_plugin_rollbacks_are_notified_postgres() {
+    brake_changes_and_plugin_rollbacks_are_notified(Fresh::new(Backend::Postgres).await).await;
+}
+
+/// The fleet's own events: the brake engaging (and what it suppressed, nothing going
+/// OFFLINE) and a plugin generation rolled back are notified; a promotion is not.
+async fn brake_changes_and_plugin_rollbacks_are_notified(db: Fresh) {
+    let store = &db.store;
+    store.register_sink("hook").await.unwrap();
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        let id = register(store, &format!("c{i}")).await;
+        probe(store, id, &ProbeOutcome::Healthy, 0).await;
+        ids.push(id);
+    }
+    for round in 0..4 {
+        for &id in &ids {
+            probe(store, id, &refused(), 10 + round * 40).await;
+        }
+    }
+    for (kind, detail) in [
+        (
+            "plugin-promoted",
+            serde_json::json!({"plugin": "kube", "generation": 2}),
+        ),
+        (
+            "plugin-rolled-back",
+            serde_json::json!({"plugin": "kube", "generation": 2}),
+        ),
+    ] {
+        store
+            .record_plugin_event(kind, &detail, None, t(500))
+            .await
+            .unwrap();
+    }
+    let rows = pending(store, "hook").await;
+    let kinds: Vec<&str> = rows.iter().map(|row| row.kind.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "status-changed",
+            "status-changed",
+            "status-changed",
+            "status-changed",
+            "status-changed",
+            "brake-engaged",
+            "plugin-rolled-back"
+        ],
+        "the first statuses, then the brake, never an OFFLINE: {rows:?}"
+    );
+    assert!(rows[5].cluster_name.is_none());
+    assert_eq!(payload(&rows[6])["detail"]["generation"], 2);
 }
 
 fn payload(row: &OutboxRecord) -> serde_json::Value {
