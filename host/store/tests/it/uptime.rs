@@ -391,3 +391,88 @@ async fn the_uptime_and_latency_come_across_a_copy_to_postgresql() {
     let next = to.store.open_coverage("", h(41.0)).await.unwrap();
     assert_ne!(next, run);
 }
+
+/// What recording latency costs the probe's write: `/proc/self/io` (bytes and write calls
+/// sent to storage) over cycles of healthy probes of 100 clusters, each cycle one
+/// transaction as the worker's writer commits them, without and with a duration. Printed;
+/// run alone (`-- --test-threads=1 writes_per_probe --nocapture`) for clean figures.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_per_probe_with_and_without_latency() {
+    fn io() -> (u64, u64) {
+        let text = std::fs::read_to_string("/proc/self/io").unwrap();
+        let field = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .unwrap()
+        };
+        (field("wchar:"), field("syscw:"))
+    }
+    const CLUSTERS: usize = 100;
+    const CYCLES: i64 = 10;
+    for duration in [None, Some(Duration::from_millis(42))] {
+        let db = Fresh::new(vigil_store::Backend::Sqlite).await;
+        let store = &db.store;
+        let rows: Vec<DiscoveredClusterRow> = (0..CLUSTERS)
+            .map(|i| DiscoveredClusterRow {
+                name: format!("c{i:03}"),
+                endpoint: "https://127.0.0.1:6443".to_owned(),
+                reference: format!("/k/c{i}.yaml#c{i}"),
+            })
+            .collect();
+        store.upsert_discovered(&rows, h(0.0)).await.unwrap();
+        let ids: Vec<ClusterId> = store
+            .clusters()
+            .await
+            .unwrap()
+            .iter()
+            .map(|c| c.id)
+            .collect();
+        let cycle = |at: Timestamp| {
+            let ids = ids.clone();
+            async move {
+                let results: Vec<ProbeResult<'_>> = ids
+                    .iter()
+                    .map(|&cluster| ProbeResult {
+                        cluster,
+                        outcome: &ProbeOutcome::Healthy,
+                        by: None,
+                        now: at,
+                        next_due: at.plus_secs(60),
+                        claim: None,
+                        duration,
+                    })
+                    .collect();
+                let applied = store.apply_probes(&results, &settings()).await.unwrap();
+                assert!(applied.iter().all(|a| matches!(a, Ok(Some(_)))));
+            }
+        };
+        // The first cycle takes every cluster ONLINE; the measured ones change nothing but
+        // the times, as a healthy fleet's cycles do.
+        cycle(h(0.1)).await;
+        let (bytes, calls) = io();
+        for n in 1..=CYCLES {
+            cycle(h(0.1).plus_secs(60 * n)).await;
+        }
+        let (bytes_after, calls_after) = io();
+        let probes = CLUSTERS as u64 * CYCLES as u64;
+        println!(
+            "latency {}: {} bytes and {:.2} write calls per probe",
+            if duration.is_some() {
+                "recorded"
+            } else {
+                "not recorded"
+            },
+            (bytes_after - bytes) / probes,
+            (calls_after - calls) as f64 / probes as f64,
+        );
+        let recorded: u64 = store
+            .probe_latency("c000", h(0.0))
+            .await
+            .unwrap()
+            .iter()
+            .map(|b| b.probes)
+            .sum();
+        assert_eq!(recorded, if duration.is_some() { 11 } else { 0 });
+    }
+}
