@@ -3,6 +3,7 @@
 //! change), and runs the health worker until shutdown.
 
 use std::future::Future;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use std::sync::atomic::Ordering;
@@ -82,7 +83,7 @@ impl Prober for EngineProber {
         }
     }
 
-    fn credential_roots(&self) -> Option<Arc<[std::path::PathBuf]>> {
+    fn credential_roots(&self) -> Option<Arc<[PathBuf]>> {
         match self {
             Self::Plugins(runtime) => Prober::credential_roots(runtime),
             Self::None(_) => None,
@@ -101,7 +102,7 @@ impl Auditor for EngineProber {
         audit_result(runtime.audit(target, target.timeout).await)
     }
 
-    fn credential_roots(&self) -> Option<Arc<[std::path::PathBuf]>> {
+    fn credential_roots(&self) -> Option<Arc<[PathBuf]>> {
         Prober::credential_roots(self)
     }
 }
@@ -339,8 +340,8 @@ pub async fn load_plugins(
 /// discovery reads, and `VIGIL_CREDENTIAL_DIRS`.
 pub fn credential_roots(
     discovery: &DiscoverySettings,
-    credential_dirs: &[std::path::PathBuf],
-) -> Vec<std::path::PathBuf> {
+    credential_dirs: &[PathBuf],
+) -> Vec<PathBuf> {
     let sources = Sources::from_settings(discovery);
     sources
         .files()
@@ -600,6 +601,24 @@ async fn reload_notify_config_on_hangup(
     }
 }
 
+/// Reads the API tokens file again on SIGHUP: a file that can be used replaces the tokens
+/// in force for every request from then on; one that cannot is refused, said in the log,
+/// and the tokens in force kept.
+async fn reload_tokens_on_hangup(access: Access, token: Option<String>, file: PathBuf) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+        return;
+    };
+    while hangups.recv().await.is_some() {
+        match access.reload(token.as_deref(), &file) {
+            Ok(tokens) => info!(file = %file.display(), tokens, "API tokens file read again"),
+            Err(error) => {
+                warn!(%error, "the API tokens file read again is refused; the tokens in force are kept");
+            }
+        }
+    }
+}
+
 /// How often notifications every sink was sent (or older than the history) are deleted.
 const OUTBOX_PRUNE_EVERY: Duration = Duration::from_secs(600);
 
@@ -644,6 +663,13 @@ async fn run<P: Prober>(
              address are answered; set VIGIL_PUBLIC_URL to the host clients use"
         );
     }
+    let token_reloads = config.api.tokens_file.clone().map(|file| {
+        tokio::spawn(reload_tokens_on_hangup(
+            access.clone(),
+            config.api.token.as_ref().map(|t| t.0.clone()),
+            file,
+        ))
+    });
     let store = Store::open(&config.database_url).await?;
     let sources = Sources::from_settings(&config.discovery);
     let owner = owner_of(config, &store);
@@ -817,6 +843,9 @@ async fn run<P: Prober>(
         reloads.abort();
     }
     outbox_pruning.abort();
+    if let Some(reloads) = token_reloads {
+        reloads.abort();
+    }
     // A prune pass is a series of short transactions: stopping between two loses nothing.
     retention.abort();
     if let Some(heartbeat) = heartbeat {

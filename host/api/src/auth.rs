@@ -29,6 +29,7 @@
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::Path;
+use std::sync::{Arc, PoisonError, RwLock};
 
 use axum::extract::{Request, State};
 use axum::http::{Method, header};
@@ -52,8 +53,9 @@ impl Caller {
 /// The configured tokens and what they protect.
 #[derive(Clone, Default)]
 pub struct Access {
-    /// Token digest → token name.
-    tokens: HashMap<[u8; 32], String>,
+    /// Token digest → token name, shared by every clone: a reload of the tokens file
+    /// (SIGHUP) changes them for every request from then on.
+    tokens: Arc<RwLock<HashMap<[u8; 32], String>>>,
     /// Whether reads need a token too.
     read_auth: bool,
     /// Where clients reach vigil when it is behind a proxy (`VIGIL_PUBLIC_URL`).
@@ -63,7 +65,7 @@ pub struct Access {
 impl std::fmt::Debug for Access {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Access")
-            .field("tokens", &self.tokens.values().collect::<Vec<_>>())
+            .field("tokens", &self.read_tokens().values().collect::<Vec<_>>())
             .field("read_auth", &self.read_auth)
             .field("public_url", &self.public_url)
             .finish()
@@ -114,49 +116,25 @@ impl Access {
         file: Option<&Path>,
         read_auth: bool,
     ) -> Result<Self, TokensError> {
-        let mut access = Self {
-            tokens: HashMap::new(),
+        Ok(Self {
+            tokens: Arc::new(RwLock::new(read_tokens(token, file)?)),
             read_auth,
             public_url: None,
-        };
-        if let Some(token) = token {
-            access.tokens.insert(digest(token), "default".to_owned());
-        }
-        if let Some(file) = file {
-            let text = std::fs::read_to_string(file).map_err(|source| TokensError::Read {
-                file: file.display().to_string(),
-                source,
-            })?;
-            let mut found = false;
-            for (index, line) in text.lines().enumerate() {
-                let line = line.trim();
-                if line.is_empty() || line.starts_with('#') {
-                    continue;
-                }
-                match line.split_once(':') {
-                    Some((name, token))
-                        if !name.trim().is_empty() && token.trim().len() >= MIN_TOKEN_LEN =>
-                    {
-                        access
-                            .tokens
-                            .insert(digest(token.trim()), name.trim().to_owned());
-                        found = true;
-                    }
-                    _ => {
-                        return Err(TokensError::Line {
-                            file: file.display().to_string(),
-                            line: index + 1,
-                        });
-                    }
-                }
-            }
-            if !found {
-                return Err(TokensError::Empty {
-                    file: file.display().to_string(),
-                });
-            }
-        }
-        Ok(access)
+        })
+    }
+
+    /// Reads the tokens again (`token` and the tokens of `file`), for every clone of this
+    /// access: a file that cannot be used is refused, and the tokens in force are kept.
+    /// Answers how many tokens are in force.
+    pub fn reload(&self, token: Option<&str>, file: &Path) -> Result<usize, TokensError> {
+        let tokens = read_tokens(token, Some(file))?;
+        let count = tokens.len();
+        *self.tokens.write().unwrap_or_else(PoisonError::into_inner) = tokens;
+        Ok(count)
+    }
+
+    fn read_tokens(&self) -> std::sync::RwLockReadGuard<'_, HashMap<[u8; 32], String>> {
+        self.tokens.read().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The same access, with vigil's public URL (its origin and host are vigil's own).
@@ -168,14 +146,58 @@ impl Access {
 
     /// Whether any token is configured.
     pub fn has_tokens(&self) -> bool {
-        !self.tokens.is_empty()
+        !self.read_tokens().is_empty()
     }
 
     /// The name of the token in an `Authorization: Bearer …` value, if it is one of ours.
-    fn identify(&self, authorization: Option<&str>) -> Option<&str> {
+    fn identify(&self, authorization: Option<&str>) -> Option<String> {
         let token = authorization?.strip_prefix("Bearer ")?.trim();
-        self.tokens.get(&digest(token)).map(String::as_str)
+        self.read_tokens().get(&digest(token)).cloned()
     }
+}
+
+/// `token` (named `default`) and the tokens of `file`.
+fn read_tokens(
+    token: Option<&str>,
+    file: Option<&Path>,
+) -> Result<HashMap<[u8; 32], String>, TokensError> {
+    let mut tokens = HashMap::new();
+    if let Some(token) = token {
+        tokens.insert(digest(token), "default".to_owned());
+    }
+    if let Some(file) = file {
+        let text = std::fs::read_to_string(file).map_err(|source| TokensError::Read {
+            file: file.display().to_string(),
+            source,
+        })?;
+        let mut found = false;
+        for (index, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            match line.split_once(':') {
+                Some((name, token))
+                    if !name.trim().is_empty() && token.trim().len() >= MIN_TOKEN_LEN =>
+                {
+                    tokens.insert(digest(token.trim()), name.trim().to_owned());
+                    found = true;
+                }
+                _ => {
+                    return Err(TokensError::Line {
+                        file: file.display().to_string(),
+                        line: index + 1,
+                    });
+                }
+            }
+        }
+        if !found {
+            return Err(TokensError::Empty {
+                file: file.display().to_string(),
+            });
+        }
+    }
+    Ok(tokens)
 }
 
 fn digest(token: &str) -> [u8; 32] {
@@ -196,7 +218,7 @@ pub async fn authenticate(
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
     let presented = authorization.is_some();
-    let caller = access.identify(authorization).map(str::to_owned);
+    let caller = access.identify(authorization);
     if presented && caller.is_none() && access.has_tokens() {
         return Problem::new(ProblemKind::Unauthorized, "the bearer token is not valid")
             .into_response();
