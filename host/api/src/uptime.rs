@@ -125,8 +125,9 @@ fn last_days(days: &[DayUptime], count: usize) -> UptimeSpanView {
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 struct LatencyQuery {
-    /// RFC 3339 (`2026-01-31T12:00:00Z`): the buckets from the one holding this instant
-    /// on. Default: 24 hours ago. Buckets are kept a week.
+    /// An RFC 3339 time (`2026-01-31T12:00:00Z`): the buckets from the one holding this
+    /// instant on. Default: 24 hours ago. Buckets are kept a week.
+    #[param(format = DateTime)]
     since: Option<String>,
 }
 
@@ -149,7 +150,7 @@ async fn cluster_latency(
         Some(text) => parse_time(text).ok_or_else(|| {
             Problem::invalid(
                 "query.since",
-                "since must be an RFC 3339 time in UTC, e.g. 2026-01-31T12:00:00Z",
+                "since must be an RFC 3339 time, e.g. 2026-01-31T12:00:00Z",
             )
         })?,
         None => state.store.now().await?.plus_millis(-MILLIS_PER_DAY),
@@ -162,16 +163,83 @@ async fn cluster_latency(
     }))
 }
 
-/// An RFC 3339 time in UTC, as milliseconds since the epoch.
+/// An RFC 3339 `date-time` (`2026-01-31T12:00:00Z`, `2026-01-31t13:00:00.5+01:00`), as
+/// milliseconds since the epoch: any year from 0000 to 9999, any offset, a leap second read
+/// as the second before the next minute. `None` when the text is not one, or names a day
+/// that does not exist.
 fn parse_time(text: &str) -> Option<Timestamp> {
-    let at = humantime::parse_rfc3339(text).ok()?;
-    let millis = match at.duration_since(std::time::UNIX_EPOCH) {
-        Ok(after) => i64::try_from(after.as_millis()).ok()?,
-        Err(before) => i64::try_from(before.duration().as_millis())
-            .ok()?
-            .checked_neg()?,
+    let bytes = text.as_bytes();
+    let number = |from: usize, len: usize| -> Option<i64> {
+        let digits = bytes.get(from..from + len)?;
+        digits
+            .iter()
+            .all(u8::is_ascii_digit)
+            .then(|| std::str::from_utf8(digits).ok()?.parse().ok())
+            .flatten()
     };
-    Some(Timestamp(millis))
+    let at = |i: usize, expected: &[u8]| bytes.get(i).is_some_and(|b| expected.contains(b));
+    if !(at(4, b"-") && at(7, b"-") && at(10, b"Tt") && at(13, b":") && at(16, b":")) {
+        return None;
+    }
+    let (year, month, day) = (number(0, 4)?, number(5, 2)?, number(8, 2)?);
+    let (hour, minute, second) = (number(11, 2)?, number(14, 2)?, number(17, 2)?);
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let days_in_month = match month {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if leap => 29,
+        2 => 28,
+        _ => return None,
+    };
+    if !(1..=days_in_month).contains(&day) || hour > 23 || minute > 59 || second > 60 {
+        return None;
+    }
+    let mut rest = &text[19..];
+    let mut millis = 0;
+    if let Some(fraction) = rest.strip_prefix('.') {
+        let digits = fraction.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return None;
+        }
+        // Milliseconds: the first three digits, the rest dropped.
+        let first: String = fraction[..digits]
+            .chars()
+            .chain("00".chars())
+            .take(3)
+            .collect();
+        millis = first.parse::<i64>().ok()?;
+        rest = &fraction[digits..];
+    }
+    let offset_minutes = match rest.as_bytes() {
+        [b'Z' | b'z'] => 0,
+        [sign @ (b'+' | b'-'), h1, h2, b':', m1, m2] => {
+            let digits = [*h1, *h2, *m1, *m2];
+            if !digits.iter().all(u8::is_ascii_digit) {
+                return None;
+            }
+            let value = |d: &[u8]| i64::from(d[0] - b'0') * 10 + i64::from(d[1] - b'0');
+            let (hours, minutes) = (value(&digits[..2]), value(&digits[2..]));
+            if hours > 23 || minutes > 59 {
+                return None;
+            }
+            let offset = hours * 60 + minutes;
+            if *sign == b'-' { -offset } else { offset }
+        }
+        _ => return None,
+    };
+    // Days from the epoch to the civil date (proleptic Gregorian).
+    let (y, m) = if month <= 2 {
+        (year - 1, month + 9)
+    } else {
+        (year, month - 3)
+    };
+    let era = y.div_euclid(400);
+    let year_of_era = y - era * 400;
+    let day_of_year = (153 * m + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    let days = era * 146_097 + day_of_era - 719_468;
+    let seconds = days * 86_400 + hour * 3_600 + minute * 60 + second.min(59) - offset_minutes * 60;
+    Some(Timestamp(seconds * 1000 + millis))
 }
 
 /// Which labels `/summary` groups by.
@@ -217,4 +285,41 @@ async fn fleet_summary(
             })
             .collect(),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn since_reads_every_rfc3339_date_time_and_nothing_else() {
+        let check = |text: &str, want: Option<i64>| {
+            assert_eq!(parse_time(text).map(|t| t.0), want, "{text}");
+        };
+        check("1970-01-01T00:00:00Z", Some(0));
+        check("2026-01-31T12:00:00Z", Some(1_769_860_800_000));
+        check("2026-01-31t13:00:00.5+01:00", Some(1_769_860_800_500));
+        check("2026-01-31T11:30:00.123456-00:30", Some(1_769_860_800_123));
+        check("2024-02-29T00:00:00Z", Some(1_709_164_800_000));
+        check("1969-12-31T23:59:59.999Z", Some(-1));
+        check("0000-01-01T00:00:00Z", Some(-62_167_219_200_000));
+        check("2016-12-31T23:59:60Z", Some(1_483_228_799_000));
+        for bad in [
+            "yesterday",
+            "2026-01-01",
+            "2026-01-01T00:00:00",
+            "2026-02-29T00:00:00Z",
+            "2026-13-01T00:00:00Z",
+            "2026-01-01T24:00:00Z",
+            "2026-01-01T00:00:00.Z",
+            "2026-01-01T00:00:00+1:00",
+            "2026-01-01T00:00:00+24:00",
+            "2026-01-01 00:00:00Z",
+            "+2026-01-01T00:00:00Z",
+            "2026-01-01T00:00:00ZZ",
+            "２０２６-01-01T00:00:00Z",
+        ] {
+            check(bad, None);
+        }
+    }
 }
