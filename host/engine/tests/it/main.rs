@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 mod brake;
+mod coverage;
 mod metrics;
 mod scenario;
 mod worker;
