@@ -109,6 +109,10 @@ pub(crate) async fn enqueue(
                 .map_err(query_error("naming the apps of a notification"))?;
             names.extend(name);
         }
+        // A cascade that touched no app tells nothing.
+        if names.is_empty() {
+            return Ok(());
+        }
         payload["apps"] = names.into();
     }
     let position = match Backend::of(tx) {

@@ -666,3 +666,138 @@ async fn an_offline_cluster_fires_in_alertmanager_past_its_resolve_timeout_and_r
     kill(&server, "-TERM");
     assert!(wait_exit(&mut server, Duration::from_secs(20)).success());
 }
+
+/// Two replicas on PostgreSQL: one sends the sink's notifications (it holds the sink's
+/// lease); killed with SIGKILL while the receiver holds a notification, the other takes
+/// the sink over once the lease lapses and sends that notification again, with the same id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_replicas_one_sends_and_the_other_takes_over_a_killed_senders_notification() {
+    let dir = tempfile::tempdir().unwrap();
+    let receiver = Receiver::start(dir.path());
+    let database_url =
+        tokio::task::spawn_blocking(|| vigil_test_support::postgres::server().fresh_database().url)
+            .await
+            .unwrap();
+    let kubeconfigs = dir.path().join("kubeconfigs");
+    let fleet = Fleet::builder()
+        .clusters(3)
+        .addresses(AddressPlan::Auto)
+        .start()
+        .await
+        .unwrap();
+    write_kubeconfigs(
+        fleet.clusters(),
+        &kubeconfigs,
+        &KubeconfigOptions {
+            shapes: ShapePlan::Only(KubeconfigShape::Token),
+            single_file: false,
+        },
+    )
+    .unwrap();
+    let down = fleet.clusters()[0].name().to_owned();
+    let secret_file = dir.path().join("webhook.secret");
+    std::fs::write(&secret_file, SECRET).unwrap();
+    let notify = dir.path().join("notify.toml");
+    std::fs::write(
+        &notify,
+        format!(
+            "[[webhook]]\nname = \"ops\"\nurl = \"http://127.0.0.1:{}/hook\"\n\
+             secret_file = \"{}\"\ntimeout = \"60s\"\n",
+            receiver.port,
+            secret_file.display()
+        ),
+    )
+    .unwrap();
+    let start = |id: &str| {
+        let work = dir.path().join(id);
+        std::fs::create_dir_all(&work).unwrap();
+        let log = work.join("vigil.log");
+        let mut child = vigil(&work)
+            .arg("serve")
+            .env("DATABASE_URL", &database_url)
+            .env("KUBECONFIG_DIR", &kubeconfigs)
+            .env(
+                "VIGIL_PLUGIN_DIR",
+                plugins::plugin_dir_with_only(&work, "kubeconfig-file"),
+            )
+            .env(
+                "VIGIL_CACHE_DIR",
+                Path::new(env!("CARGO_TARGET_TMPDIR")).join("plugins-e2e-cache"),
+            )
+            .env("VIGIL_REPLICA_ID", id)
+            .env("VIGIL_NOTIFY_CONFIG", &notify)
+            .env("CLUSTER_HEALTH_INTERVAL", "1")
+            .env("CLUSTER_HEALTH_TIMEOUT", "5")
+            .env("CLUSTER_HEALTH_FAILURE_THRESHOLD", "2")
+            .stderr(File::create(&log).unwrap())
+            .spawn()
+            .map(Running)
+            .unwrap();
+        listening_on(&log, &mut child);
+        (child, log)
+    };
+    let (r1, log1) = start("r1");
+    let (r2, log2) = start("r2");
+    let mut replicas = [(Some(r1), log1), (Some(r2), log2)];
+    let store = Store::open(&database_url).await.unwrap();
+    wait_until("all ONLINE", &replicas[0].1, async || {
+        let clusters = store.clusters().await.unwrap();
+        clusters.len() == 3
+            && clusters
+                .iter()
+                .all(|c| c.health.status == ClusterStatus::Online)
+    })
+    .await;
+
+    receiver.set("hold", true);
+    fleet.get(0).unwrap().refuse().await.unwrap();
+    wait_until("the outage received", &replicas[0].1, async || {
+        !receiver.accepted().is_empty()
+    })
+    .await;
+    let held = receiver.accepted()[0].clone();
+    assert_eq!(
+        summary(&held),
+        format!("status-changed {down} ONLINE->OFFLINE")
+    );
+    let holder: String = sqlx::query_scalar("SELECT holder FROM leases WHERE name = 'notify:ops'")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    let (killed, other) = if holder == "r1" { (0, 1) } else { (1, 0) };
+    let mut sender = replicas[killed].0.take().unwrap();
+    kill(&sender, "-KILL");
+    wait_exit(&mut sender, Duration::from_secs(10));
+    receiver.set("hold", false);
+
+    wait_until(
+        "the other replica sending it again",
+        &replicas[other].1,
+        async || receiver.accepted().len() >= 2,
+    )
+    .await;
+    let again = &receiver.accepted()[1];
+    assert_eq!(again["id"], held["id"], "the same id");
+    assert_eq!(again["body"], held["body"], "the same body");
+    let holder: String = sqlx::query_scalar("SELECT holder FROM leases WHERE name = 'notify:ops'")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(holder, if other == 0 { "r1" } else { "r2" });
+
+    // And it goes on: the recovery, once.
+    fleet.get(0).unwrap().come_back().await.unwrap();
+    wait_until("the recovery sent", &replicas[other].1, async || {
+        receiver
+            .accepted()
+            .iter()
+            .any(|r| summary(r) == format!("status-changed {down} OFFLINE->ONLINE"))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let summaries: Vec<String> = receiver.accepted().iter().map(summary).collect();
+    assert_eq!(summaries.len(), 3, "{summaries:#?}");
+    let mut survivor = replicas[other].0.take().unwrap();
+    kill(&survivor, "-TERM");
+    assert!(wait_exit(&mut survivor, Duration::from_secs(20)).success());
+}
