@@ -441,12 +441,17 @@ impl Store {
 
     /// The clusters the uptime covers (not deleted), or the one named `name`.
     async fn uptime_clusters(&self, name: Option<&str>) -> Result<Vec<UptimeCluster>, StoreError> {
-        let rows: Vec<(i64, String, String, i64)> = sqlx::query_as(
-            "SELECT id, name, status, first_seen FROM clusters \
-             WHERE ignored = 0 AND ($1 IS NULL OR name = $2) ORDER BY id",
-        )
-        .bind(name)
-        .bind(name)
+        // One cluster is read through the index on its name, which an `OR` would forgo.
+        let rows: Vec<(i64, String, String, i64)> = match name {
+            Some(name) => sqlx::query_as(
+                "SELECT id, name, status, first_seen FROM clusters \
+                 WHERE ignored = 0 AND name = $1",
+            )
+            .bind(name),
+            None => sqlx::query_as(
+                "SELECT id, name, status, first_seen FROM clusters WHERE ignored = 0 ORDER BY id",
+            ),
+        }
         .fetch_all(&self.pool)
         .await
         .map_err(query_error("reading clusters"))?;
@@ -470,14 +475,21 @@ impl Store {
         cluster: Option<ClusterId>,
         now: Timestamp,
     ) -> Result<History, StoreError> {
-        let rows: Vec<(i64, i64, String)> = sqlx::query_as(
-            "SELECT cluster_id, at, detail FROM events WHERE kind = 'status-changed' \
-             AND at >= $1 AND cluster_id IS NOT NULL AND ($2 IS NULL OR cluster_id = $3) \
-             ORDER BY at, id",
-        )
-        .bind(from)
-        .bind(cluster.map(|c| c.0))
-        .bind(cluster.map(|c| c.0))
+        // One cluster's changes are read through the index on its events, which an `OR`
+        // would forgo; the whole fleet's are read in one pass.
+        let rows: Vec<(i64, i64, String)> = match cluster {
+            Some(cluster) => sqlx::query_as(
+                "SELECT cluster_id, at, detail FROM events WHERE cluster_id = $1 \
+                 AND kind = 'status-changed' AND at >= $2 ORDER BY at, id",
+            )
+            .bind(cluster.0)
+            .bind(from),
+            None => sqlx::query_as(
+                "SELECT cluster_id, at, detail FROM events WHERE kind = 'status-changed' \
+                 AND at >= $1 AND cluster_id IS NOT NULL ORDER BY at, id",
+            )
+            .bind(from),
+        }
         .fetch_all(&self.pool)
         .await
         .map_err(query_error("reading status changes"))?;
