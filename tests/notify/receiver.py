@@ -11,10 +11,12 @@ Behaviour the test steers with files in the control directory:
   hold  while it exists, a verified request is logged, then not answered (the test kills
         vigil while the request is in flight).
 
-Usage: receiver.py SECRET LOG CONTROL_DIR PORT_FILE
+Usage: receiver.py SECRET LOG CONTROL_DIR PORT_FILE [CERT_PEM KEY_PEM]
+With a certificate and its key it serves HTTPS.
 """
 
 import json
+import ssl
 import os
 import sys
 import time
@@ -71,6 +73,10 @@ class Receiver(BaseHTTPRequestHandler):
 
 server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
 server.daemon_threads = True
+if len(sys.argv) > 6:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(sys.argv[5], sys.argv[6])
+    server.socket = context.wrap_socket(server.socket, server_side=True)
 with open(port_file + ".partial", "w", encoding="utf-8") as port:
     port.write(str(server.server_address[1]))
 os.replace(port_file + ".partial", port_file)

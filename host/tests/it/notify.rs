@@ -64,6 +64,11 @@ impl Drop for Receiver {
 
 impl Receiver {
     fn start(dir: &Path) -> Self {
+        Self::start_with(dir, None)
+    }
+
+    /// With `tls` (certificate and key PEM files), over HTTPS.
+    fn start_with(dir: &Path, tls: Option<(&Path, &Path)>) -> Self {
         let control = dir.join("receiver-control");
         std::fs::create_dir_all(&control).unwrap();
         let log = dir.join("received.jsonl");
@@ -74,6 +79,7 @@ impl Receiver {
             .arg(&log)
             .arg(&control)
             .arg(&port_file)
+            .args(tls.iter().flat_map(|(cert, key)| [cert, key]))
             .stdin(Stdio::null())
             .spawn()
             .unwrap();
@@ -800,4 +806,113 @@ async fn with_replicas_one_sends_and_the_other_takes_over_a_killed_senders_notif
     let mut survivor = replicas[other].0.take().unwrap();
     kill(&survivor, "-TERM");
     assert!(wait_exit(&mut survivor, Duration::from_secs(20)).success());
+}
+
+/// A webhook over HTTPS: delivered when the sink trusts the receiver's CA (`ca_file`);
+/// with the system's trust store instead, refused at the handshake, and the sink failing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_over_https_is_delivered_only_to_a_receiver_the_sink_trusts() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = vigil_fake_kube::tls::CertificateAuthority::generate("receiver CA").unwrap();
+    let issued = ca
+        .issue_server_certificate("127.0.0.1".parse().unwrap())
+        .unwrap();
+    let (cert, key, ca_file) = (
+        dir.path().join("receiver.pem"),
+        dir.path().join("receiver.key"),
+        dir.path().join("ca.pem"),
+    );
+    std::fs::write(&cert, issued.certificate_pem()).unwrap();
+    std::fs::write(&key, issued.key_pem()).unwrap();
+    std::fs::write(&ca_file, ca.certificate_pem()).unwrap();
+    let receiver = Receiver::start_with(dir.path(), Some((&cert, &key)));
+    let kubeconfigs = dir.path().join("kubeconfigs");
+    let fleet = Fleet::builder()
+        .clusters(2)
+        .addresses(AddressPlan::Auto)
+        .start()
+        .await
+        .unwrap();
+    write_kubeconfigs(
+        fleet.clusters(),
+        &kubeconfigs,
+        &KubeconfigOptions {
+            shapes: ShapePlan::Only(KubeconfigShape::Token),
+            single_file: false,
+        },
+    )
+    .unwrap();
+    let secret_file = dir.path().join("webhook.secret");
+    std::fs::write(&secret_file, SECRET).unwrap();
+    let webhook = |name: &str, trust: &str| {
+        format!(
+            "[[webhook]]\nname = \"{name}\"\nurl = \"https://127.0.0.1:{}/hook\"\n\
+             secret_file = \"{}\"\n{trust}\n",
+            receiver.port,
+            secret_file.display()
+        )
+    };
+    let notify = dir.path().join("notify.toml");
+    std::fs::write(
+        &notify,
+        format!(
+            "[delivery]\nfailing_after = 2\nmax_backoff = \"1s\"\n\n{}\n{}",
+            webhook("trusting", &format!("ca_file = \"{}\"", ca_file.display())),
+            webhook("system-trust", "")
+        ),
+    )
+    .unwrap();
+    let mut setup = Setup {
+        kubeconfigs,
+        notify,
+        database: dir.path().join("vigil.db"),
+        log: PathBuf::new(),
+        runs: 0,
+        dir,
+    };
+    let (mut server, api) = setup.serve();
+    let store = Store::open(&format!("sqlite://{}", setup.database.display()))
+        .await
+        .unwrap();
+    wait_until("all ONLINE", &setup.log, async || {
+        let clusters = store.clusters().await.unwrap();
+        clusters.len() == 2
+            && clusters
+                .iter()
+                .all(|c| c.health.status == ClusterStatus::Online)
+    })
+    .await;
+    fleet.get(0).unwrap().refuse().await.unwrap();
+    wait_until("delivered over TLS", &setup.log, async || {
+        !receiver.accepted().is_empty()
+    })
+    .await;
+    wait_until("the untrusting sink failing", &setup.log, async || {
+        let ready: Value = serde_json::from_str(&http_get(api, "/readyz")).unwrap();
+        ready["notifications"]["sinks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["name"] == "system-trust" && s["failing"] == true)
+    })
+    .await;
+    let ready: Value = serde_json::from_str(&http_get(api, "/readyz")).unwrap();
+    let sinks = ready["notifications"]["sinks"].as_array().unwrap();
+    let untrusting = sinks.iter().find(|s| s["name"] == "system-trust").unwrap();
+    assert!(
+        untrusting["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("TLS handshake"),
+        "{ready}"
+    );
+    let trusting = sinks.iter().find(|s| s["name"] == "trusting").unwrap();
+    assert_eq!(trusting["failing"], false, "{ready}");
+    assert_eq!(
+        receiver.accepted().len(),
+        1,
+        "only the trusting sink got through"
+    );
+    kill(&server, "-TERM");
+    assert!(wait_exit(&mut server, Duration::from_secs(20)).success());
 }
