@@ -53,7 +53,8 @@ struct UptimeQuery {
 /// A cluster's uptime: over the last 24 hours and the last 7, 30 and 90 UTC days (today,
 /// up to now, the last of them), and day by day. Each span is split into the seconds vigil
 /// watched the cluster `ONLINE`, `OFFLINE` or `UNKNOWN`, and the seconds with no data (no
-/// vigil running, the mass-failure brake holding, the cluster not known yet); the uptime
+/// vigil running, the mass-failure brake holding, its probing disabled, the cluster not
+/// known yet); the uptime
 /// is `ONLINE / (ONLINE + OFFLINE)`. Days older than the history come from daily rollups.
 #[utoipa::path(get, path = "/api/v1/clusters/{name}/uptime", tag = "clusters",
     params(ClusterName, UptimeQuery),

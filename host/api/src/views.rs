@@ -708,8 +708,8 @@ pub struct SummaryView {
 
 /// A stretch of time split by what vigil knew of a cluster, in whole seconds (rounded
 /// down). Only the time vigil watched counts toward a status: `no_data_seconds` is the
-/// time when no vigil was running, the mass-failure brake held, or the cluster was not
-/// known yet.
+/// time when no vigil was running, the mass-failure brake held, the cluster's probing was
+/// disabled, or the cluster was not known yet.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct UptimeSpanView {
     /// Its start (RFC 3339).

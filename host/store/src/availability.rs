@@ -3,9 +3,10 @@
 //! engine was running and when the mass-failure brake held. No I/O, no clock: the store
 //! reads the history and hands it in ([`crate::uptime`]).
 //!
-//! Time counts as data only while vigil watched: an engine was running (any replica) and
-//! the brake did not hold (while it holds, failures are not counted, so a status then says
-//! nothing about the cluster). Before vigil first knew a cluster, there is no data either.
+//! Time counts as data only while vigil watched: an engine was running (any replica), the
+//! brake did not hold (while it holds, failures are not counted, so a status then says
+//! nothing about the cluster) and the cluster's probing was not disabled (its status is
+//! then only kept). Before vigil first knew a cluster, there is no data either.
 //! Uptime is `ONLINE / (ONLINE + OFFLINE)`: `UNKNOWN` (never conclusively probed) proves
 //! neither, and no data is no evidence, so both stay out of the percentage and are
 //! reported beside it.
@@ -129,13 +130,16 @@ pub struct ClusterHistory<'a> {
     pub current: ClusterStatus,
     /// Its status changes, oldest first: at least every one after the window's start.
     pub changes: &'a [StatusChange],
+    /// When vigil did not watch this cluster while it watched the fleet: its probing was
+    /// disabled.
+    pub unwatched: &'a [Span],
 }
 
-/// The spans of a window during which the brake held, from its engage (`true`) and
-/// release (`false`) events (oldest first) and whether it holds now; the state before the
-/// first event is read as [`status_at`] reads a status (the opposite of what the first
-/// event after the window's start made it).
-pub fn brake_spans(window: Span, events: &[(i64, bool)], holding_now: bool) -> Vec<Span> {
+/// The spans of a window during which a flag held (the brake; a cluster's probing
+/// disabled), from the events that set (`true`) and cleared (`false`) it, oldest first,
+/// and whether it holds now; the state before the first event is read as [`status_at`]
+/// reads a status (the opposite of what the first event after the window's start made it).
+pub fn flag_spans(window: Span, events: &[(i64, bool)], holding_now: bool) -> Vec<Span> {
     let after = events.partition_point(|(at, _)| *at <= window.from);
     let mut holding = match (after.checked_sub(1).map(|i| events[i]), events.get(after)) {
         (Some((_, engaged)), _) => engaged,
@@ -248,6 +252,13 @@ fn union(spans: &[Span]) -> Vec<Span> {
 /// where it was watched, everything else (not watched, or before the cluster was known)
 /// as no data.
 pub fn split(window: Span, cluster: &ClusterHistory<'_>, watched: &Watched) -> Split {
+    let own;
+    let watched = if cluster.unwatched.is_empty() {
+        watched
+    } else {
+        own = Watched::new(&watched.spans, cluster.unwatched);
+        &own
+    };
     let mut split = Split::default();
     let start = window.from.max(cluster.first_seen);
     if start < window.to {
@@ -353,16 +364,19 @@ mod tests {
         changes: &'static [(f64, ClusterStatus, ClusterStatus)],
         coverage: &'static [(f64, f64)],
         brake: &'static [(f64, f64)],
+        disabled: &'static [(f64, f64)],
         expect: Hours,
     }
 
     fn check(case: &Case) {
         let window = Span::new(at(case.window.0), at(case.window.1));
         let changes = changes(case.changes);
+        let disabled = spans(case.disabled);
         let cluster = ClusterHistory {
             first_seen: at(case.first_seen),
             current: case.current,
             changes: &changes,
+            unwatched: &disabled,
         };
         let watched = Watched::new(&spans(case.coverage), &spans(case.brake));
         let got = split(window, &cluster, &watched);
@@ -392,6 +406,7 @@ mod tests {
                 changes: &[],
                 coverage: always,
                 brake: &[],
+                disabled: &[],
                 expect: (24.0, 0.0, 0.0, 0.0),
             },
             Case {
@@ -402,6 +417,7 @@ mod tests {
                 changes: &[(22.0, Online, Offline), (26.0, Offline, Online)],
                 coverage: always,
                 brake: &[],
+                disabled: &[],
                 expect: (22.0, 2.0, 0.0, 0.0),
             },
             Case {
@@ -412,6 +428,7 @@ mod tests {
                 changes: &[(22.0, Online, Offline), (26.0, Offline, Online)],
                 coverage: always,
                 brake: &[],
+                disabled: &[],
                 expect: (22.0, 2.0, 0.0, 0.0),
             },
             Case {
@@ -422,6 +439,7 @@ mod tests {
                 changes: &[(26.0, Offline, Online)],
                 coverage: always,
                 brake: &[],
+                disabled: &[],
                 expect: (22.0, 2.0, 0.0, 0.0),
             },
             Case {
@@ -432,6 +450,7 @@ mod tests {
                 changes: &[],
                 coverage: &[(-5.0, 10.0), (12.0, 30.0)],
                 brake: &[],
+                disabled: &[],
                 expect: (22.0, 0.0, 0.0, 2.0),
             },
             Case {
@@ -442,6 +461,7 @@ mod tests {
                 changes: &[(8.0, Online, Offline), (16.0, Offline, Online)],
                 coverage: always,
                 brake: &[(9.0, 11.0)],
+                disabled: &[],
                 expect: (16.0, 6.0, 0.0, 2.0),
             },
             Case {
@@ -452,6 +472,7 @@ mod tests {
                 changes: &[],
                 coverage: &[(-5.0, 6.0), (7.0, 30.0)],
                 brake: &[(5.0, 8.0)],
+                disabled: &[],
                 expect: (0.0, 21.0, 0.0, 3.0),
             },
             Case {
@@ -462,6 +483,7 @@ mod tests {
                 changes: &[(6.5, Unknown, Online)],
                 coverage: always,
                 brake: &[],
+                disabled: &[],
                 expect: (17.5, 0.0, 0.5, 6.0),
             },
             Case {
@@ -472,6 +494,7 @@ mod tests {
                 changes: &[],
                 coverage: always,
                 brake: &[],
+                disabled: &[],
                 expect: (0.0, 0.0, 6.0, 18.0),
             },
             Case {
@@ -482,6 +505,7 @@ mod tests {
                 changes: &[(30.0, Offline, Online)],
                 coverage: always,
                 brake: &[],
+                disabled: &[],
                 expect: (0.0, 24.0, 0.0, 0.0),
             },
             Case {
@@ -492,6 +516,7 @@ mod tests {
                 changes: &[],
                 coverage: always,
                 brake: &[],
+                disabled: &[],
                 expect: (0.0, 24.0, 0.0, 0.0),
             },
             Case {
@@ -502,7 +527,19 @@ mod tests {
                 changes: &[],
                 coverage: &[(0.0, 14.0), (10.0, 20.0), (21.0, 24.0), (3.0, 4.0)],
                 brake: &[],
+                disabled: &[],
                 expect: (23.0, 0.0, 0.0, 1.0),
+            },
+            Case {
+                name: "probing disabled 10:00-14:00 (and across the brake at 13:00-15:00)",
+                window: (0.0, 24.0),
+                first_seen: -100.0,
+                current: Online,
+                changes: &[],
+                coverage: always,
+                brake: &[(13.0, 15.0)],
+                disabled: &[(10.0, 14.0)],
+                expect: (19.0, 0.0, 0.0, 5.0),
             },
             Case {
                 name: "vigil never ran",
@@ -512,6 +549,7 @@ mod tests {
                 changes: &[(5.0, Online, Offline)],
                 coverage: &[],
                 brake: &[],
+                disabled: &[],
                 expect: (0.0, 0.0, 0.0, 24.0),
             },
             Case {
@@ -522,6 +560,7 @@ mod tests {
                 changes: &[(0.0, Online, Offline), (24.0, Offline, Online)],
                 coverage: always,
                 brake: &[],
+                disabled: &[],
                 expect: (0.0, 24.0, 0.0, 0.0),
             },
         ] {
@@ -530,12 +569,12 @@ mod tests {
     }
 
     #[test]
-    fn the_brake_is_read_from_its_events_and_its_state_now() {
+    fn a_flag_is_read_from_its_events_and_its_state_now() {
         let window = Span::new(at(0.0), at(24.0));
         let check = |events: &[(f64, bool)], now: bool, want: &[(f64, f64)]| {
             let events: Vec<(i64, bool)> = events.iter().map(|&(h, e)| (at(h), e)).collect();
             assert_eq!(
-                brake_spans(window, &events, now),
+                flag_spans(window, &events, now),
                 spans(want),
                 "{events:?} {now}"
             );

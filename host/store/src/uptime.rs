@@ -1,11 +1,11 @@
 //! What a status page reads: each cluster's uptime over long windows, its probe latency
 //! over time, and the fleet at a glance.
 //!
-//! Uptime is computed by [`crate::availability`] from three records: the clusters'
-//! `status-changed` events, the brake's `brake-engaged` and `brake-released` events, and
-//! the engines' coverage (`engine_coverage`: a row per run of an engine, opened when its
-//! worker starts, moved on by a heartbeat every [`COVERAGE_HEARTBEAT`], closed at a clean
-//! stop). The history is pruned after its retention, so each finished UTC day is rolled up
+//! Uptime is computed by [`crate::availability`] from four records: the clusters'
+//! `status-changed` events, their `probing-disabled` condition set and cleared, the brake's
+//! `brake-engaged` and `brake-released` events, and the engines' coverage
+//! (`engine_coverage`: a row per run of an engine, opened when its worker starts, moved on
+//! by a heartbeat every [`COVERAGE_HEARTBEAT`], closed at a clean stop). The history is pruned after its retention, so each finished UTC day is rolled up
 //! per cluster (`uptime_daily`, kept [`UPTIME_DAYS_KEPT`] days) by the retention pass
 //! ([`Store::roll_up_uptime`]); the current day, and any day not rolled up yet, is computed
 //! from the history when asked.
@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::str::FromStr;
 use std::time::Duration;
 
-use vigil_decision::{ClusterId, ClusterStatus, Timestamp};
+use vigil_decision::{ClusterId, ClusterStatus, Condition, ConditionType, Timestamp};
 
 use super::availability::{
     self, ClusterHistory, MILLIS_PER_DAY, Span, Split, StatusChange, Watched, day_of,
@@ -117,9 +117,11 @@ struct StatusChangedDetail {
 }
 
 /// What the history holds from some instant on: each cluster's status changes and the
-/// brake's, and the engines' coverage.
+/// brake's, when a cluster's probing was disabled or enabled again, and the engines'
+/// coverage.
 struct History {
     changes: HashMap<i64, Vec<StatusChange>>,
+    disabled: HashMap<i64, Vec<(i64, bool)>>,
     brake_events: Vec<(i64, bool)>,
     brake_holding: bool,
     coverage: Vec<Span>,
@@ -128,7 +130,7 @@ struct History {
 impl History {
     /// When vigil watched during `span`.
     fn watched(&self, span: Span) -> Watched {
-        let brake = availability::brake_spans(span, &self.brake_events, self.brake_holding);
+        let brake = availability::flag_spans(span, &self.brake_events, self.brake_holding);
         Watched::new(&self.coverage, &brake)
     }
 }
@@ -139,6 +141,8 @@ struct UptimeCluster {
     name: String,
     status: ClusterStatus,
     first_seen: i64,
+    /// Its probing is disabled now.
+    disabled: bool,
 }
 
 impl Store {
@@ -442,26 +446,35 @@ impl Store {
     /// The clusters the uptime covers (not deleted), or the one named `name`.
     async fn uptime_clusters(&self, name: Option<&str>) -> Result<Vec<UptimeCluster>, StoreError> {
         // One cluster is read through the index on its name, which an `OR` would forgo.
-        let rows: Vec<(i64, String, String, i64)> = match name {
+        let rows: Vec<(i64, String, String, i64, String)> = match name {
             Some(name) => sqlx::query_as(
-                "SELECT id, name, status, first_seen FROM clusters \
+                "SELECT id, name, status, first_seen, conditions FROM clusters \
                  WHERE ignored = 0 AND name = $1",
             )
             .bind(name),
             None => sqlx::query_as(
-                "SELECT id, name, status, first_seen FROM clusters WHERE ignored = 0 ORDER BY id",
+                "SELECT id, name, status, first_seen, conditions FROM clusters \
+                 WHERE ignored = 0 ORDER BY id",
             ),
         }
         .fetch_all(&self.pool)
         .await
         .map_err(query_error("reading clusters"))?;
         rows.into_iter()
-            .map(|(id, name, status, first_seen)| {
+            .map(|(id, name, status, first_seen, conditions)| {
+                let conditions: Vec<Condition> =
+                    serde_json::from_str(&conditions).map_err(|e| StoreError::Corrupt {
+                        what: "conditions",
+                        reason: e.to_string(),
+                    })?;
                 Ok(UptimeCluster {
                     id,
                     name,
                     status: parse_status(&status)?,
                     first_seen,
+                    disabled: conditions
+                        .iter()
+                        .any(|c| c.kind == ConditionType::ProbingDisabled),
                 })
             })
             .collect()
@@ -509,6 +522,7 @@ impl Store {
                 to: status(&detail.to)?,
             });
         }
+        let disabled = self.probing_disabled_since(from, cluster).await?;
         let brake_events: Vec<(i64, bool)> = sqlx::query_as::<_, (i64, String)>(
             "SELECT at, kind FROM events WHERE cluster_id IS NULL \
              AND kind IN ('brake-engaged', 'brake-released') AND at >= $1 ORDER BY at, id",
@@ -537,10 +551,60 @@ impl Store {
         .collect();
         Ok(History {
             changes,
+            disabled,
             brake_events,
             brake_holding,
             coverage,
         })
+    }
+}
+
+impl Store {
+    /// When each cluster's probing was disabled (`true`) or enabled again (`false`) from
+    /// `from` on, oldest first: its `probing-disabled` condition set and cleared.
+    async fn probing_disabled_since(
+        &self,
+        from: i64,
+        cluster: Option<ClusterId>,
+    ) -> Result<HashMap<i64, Vec<(i64, bool)>>, StoreError> {
+        let kinds = "kind IN ('condition-set', 'condition-cleared') \
+                     AND detail LIKE '%probing-disabled%'";
+        let rows: Vec<(i64, i64, String, String)> = match cluster {
+            Some(cluster) => sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT cluster_id, at, kind, detail FROM events WHERE cluster_id = $1 \
+                 AND {kinds} AND at >= $2 ORDER BY at, id"
+            )))
+            .bind(cluster.0)
+            .bind(from),
+            None => sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT cluster_id, at, kind, detail FROM events WHERE cluster_id IS NOT NULL \
+                 AND {kinds} AND at >= $1 ORDER BY at, id"
+            )))
+            .bind(from),
+        }
+        .fetch_all(&self.pool)
+        .await
+        .map_err(query_error("reading when probing was disabled"))?;
+        let mut disabled: HashMap<i64, Vec<(i64, bool)>> = HashMap::new();
+        for (cluster, at, kind, detail) in rows {
+            let detail: serde_json::Value =
+                serde_json::from_str(&detail).map_err(|e| StoreError::Corrupt {
+                    what: "condition event",
+                    reason: e.to_string(),
+                })?;
+            let about = if kind == "condition-set" {
+                &detail["condition"]["type"]
+            } else {
+                &detail["kind"]
+            };
+            if about == ConditionType::ProbingDisabled.as_str() {
+                disabled
+                    .entry(cluster)
+                    .or_default()
+                    .push((at, kind == "condition-set"));
+            }
+        }
+        Ok(disabled)
     }
 }
 
@@ -559,10 +623,16 @@ impl History {
                     .collect()
             })
             .unwrap_or_default();
+        let disabled = availability::flag_spans(
+            span,
+            self.disabled.get(&cluster.id).map_or(&[], Vec::as_slice),
+            cluster.disabled,
+        );
         let history = ClusterHistory {
             first_seen: cluster.first_seen,
             current: cluster.status,
             changes: &changes,
+            unwatched: &disabled,
         };
         availability::split(span, &history, watched)
     }

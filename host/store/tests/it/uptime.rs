@@ -32,6 +32,7 @@ on_each_backend!(
     uptime_counts_only_watched_time_and_its_rollups_outlive_the_history,
     conclusive_probes_add_their_duration_to_five_minute_buckets,
     the_summary_counts_statuses_overall_and_per_label,
+    a_cluster_whose_probing_is_disabled_has_no_data_meanwhile,
 );
 
 const H: i64 = 3_600_000;
@@ -246,6 +247,50 @@ async fn conclusive_probes_add_their_duration_to_five_minute_buckets(db: Fresh) 
         store.probe_latency("nope", h(0.0)).await,
         Err(vigil_store::StoreError::NotFound { .. })
     ));
+}
+
+/// Probing disabled from 10:00 to 14:00 on day 0 (its status only kept), and again from
+/// 20:00 on day 1, still now.
+async fn a_cluster_whose_probing_is_disabled_has_no_data_meanwhile(db: Fresh) {
+    let store = &db.store;
+    let run = store.open_coverage("", h(0.0)).await.unwrap();
+    let cluster = store
+        .register_cluster(
+            "a",
+            "https://127.0.0.1:6443",
+            "/k/a.yaml#a",
+            &PolicyOverrides::default(),
+            h(0.0),
+        )
+        .await
+        .unwrap();
+    probe_at(store, cluster, &ProbeOutcome::Healthy, h(1.0)).await;
+    store
+        .apply_disabled(cluster, true, h(10.0), h(11.0))
+        .await
+        .unwrap();
+    // Enabled again: its next probe clears the condition.
+    probe_at(store, cluster, &ProbeOutcome::Healthy, h(14.0)).await;
+    store
+        .apply_disabled(cluster, true, h(44.0), h(45.0))
+        .await
+        .unwrap();
+    store.extend_coverage(run, h(46.0)).await.unwrap();
+    let now = h(46.0);
+    store.roll_up_uptime(now, h(-100.0)).await.unwrap();
+
+    let uptime = store.cluster_uptime("a", now, 2).await.unwrap();
+    assert_eq!(
+        uptime.days[0].split,
+        hours(19.0, 0.0, 1.0, 4.0),
+        "day 0, rolled up"
+    );
+    assert_eq!(
+        uptime.days[1].split,
+        hours(20.0, 0.0, 0.0, 2.0),
+        "today, disabled now"
+    );
+    assert_eq!(uptime.last_24h, hours(22.0, 0.0, 0.0, 2.0));
 }
 
 async fn set_labels(store: &Store, name: &str, labels: &str) {
