@@ -119,7 +119,7 @@ impl std::fmt::Debug for SinkKind {
             // The keys are secret: their number is all a log may show.
             Self::Webhook { url, keys } => f
                 .debug_struct("Webhook")
-                .field("url", url)
+                .field("url", &url_origin(url))
                 .field("keys", &keys.len())
                 .finish(),
             Self::Alertmanager {
@@ -127,7 +127,10 @@ impl std::fmt::Debug for SinkKind {
                 repeat_interval,
             } => f
                 .debug_struct("Alertmanager")
-                .field("urls", urls)
+                .field(
+                    "urls",
+                    &urls.iter().map(|u| url_origin(u)).collect::<Vec<_>>(),
+                )
                 .field("repeat_interval", repeat_interval)
                 .finish(),
         }
@@ -449,18 +452,37 @@ fn filter(common: &Common) -> Result<Filter, (&'static str, String)> {
     })
 }
 
+/// Checks a sink's URL. The URL is never repeated in the error: some receivers put a
+/// secret in its path.
 fn check_url(url: &str) -> Result<(), String> {
     let rest = url
         .strip_prefix("https://")
         .or_else(|| url.strip_prefix("http://"))
-        .ok_or_else(|| format!("`{url}` is not an http:// or https:// URL"))?;
+        .ok_or_else(|| "not an http:// or https:// URL".to_owned())?;
     let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-    if authority.is_empty() || authority.contains('@') {
-        return Err(format!(
-            "`{url}` has no host, or carries credentials (put secrets in secret_file)"
-        ));
+    if authority.is_empty() {
+        return Err("the URL has no host".to_owned());
+    }
+    if authority.contains('@') {
+        return Err("the URL carries credentials (put secrets in secret_file)".to_owned());
+    }
+    if url.parse::<hyper::Uri>().is_err() {
+        return Err("not a valid URL".to_owned());
     }
     Ok(())
+}
+
+/// A URL as logs may show it: its scheme and host, never its path (some receivers put a
+/// secret there).
+pub fn url_origin(url: &str) -> String {
+    match url.parse::<hyper::Uri>() {
+        Ok(uri) => format!(
+            "{}://{}",
+            uri.scheme_str().unwrap_or("?"),
+            uri.authority().map_or("?", |a| a.as_str())
+        ),
+        Err(_) => "(invalid URL)".to_owned(),
+    }
 }
 
 fn read_ca(common: &Common) -> Result<Option<Vec<u8>>, String> {
@@ -575,6 +597,10 @@ mod tests {
         assert_eq!(config.sinks[0].timeout, Duration::from_secs(10));
         let rendered = format!("{config:?}");
         assert!(!rendered.contains("MfKQ"), "{rendered}");
+        assert!(
+            !rendered.contains("/hook"),
+            "a URL's path may be secret: {rendered}"
+        );
         let SinkKind::Alertmanager {
             repeat_interval, ..
         } = &config.sinks[1].kind

@@ -444,7 +444,7 @@ async fn post_alerts(
     for url in urls {
         let endpoint = format!("{}/api/v2/alerts", url.trim_end_matches('/'));
         if let Err(error) = send::post_json(&endpoint, &[], body.clone(), timeout, tls).await {
-            errors.push(format!("{url}: {error}"));
+            errors.push(format!("{}: {error}", config::url_origin(url)));
         }
     }
     if errors.is_empty() {

@@ -54,15 +54,15 @@ async fn post(
     let unreachable = |what: String| SendError::Unreachable(what);
     let uri: Uri = url
         .parse()
-        .map_err(|_| unreachable(format!("`{url}` is not a URL")))?;
+        .map_err(|_| unreachable("not a valid URL".to_owned()))?;
     let secure = match uri.scheme_str() {
         Some("https") => true,
         Some("http") => false,
-        _ => return Err(unreachable(format!("`{url}` is not http(s)"))),
+        _ => return Err(unreachable("not an http(s) URL".to_owned())),
     };
     let host = uri
         .host()
-        .ok_or_else(|| unreachable(format!("`{url}` has no host")))?
+        .ok_or_else(|| unreachable("the URL has no host".to_owned()))?
         .trim_start_matches('[')
         .trim_end_matches(']')
         .to_owned();
