@@ -33,6 +33,7 @@ on_each_backend!(
     conclusive_probes_add_their_duration_to_five_minute_buckets,
     the_summary_counts_statuses_overall_and_per_label,
     a_cluster_whose_probing_is_disabled_has_no_data_meanwhile,
+    replicas_watch_the_fleet_while_any_one_runs,
 );
 
 const H: i64 = 3_600_000;
@@ -291,6 +292,52 @@ async fn a_cluster_whose_probing_is_disabled_has_no_data_meanwhile(db: Fresh) {
         "today, disabled now"
     );
     assert_eq!(uptime.last_24h, hours(22.0, 0.0, 0.0, 2.0));
+}
+
+/// Two replicas: `r1` runs 00:00-10:00 and dies (its last heartbeat at 10:00), `r2` runs
+/// 08:00-12:00 and stops, then 14:00 on; `r1` starts again at 16:00. Only 12:00-14:00
+/// was watched by none. `r2`'s start at 14:00 closes none of `r1`'s runs.
+async fn replicas_watch_the_fleet_while_any_one_runs(db: Fresh) {
+    let store = &db.store;
+    let cluster = store
+        .register_cluster(
+            "a",
+            "https://127.0.0.1:6443",
+            "/k/a.yaml#a",
+            &PolicyOverrides::default(),
+            h(-1.0),
+        )
+        .await
+        .unwrap();
+    probe_at(store, cluster, &ProbeOutcome::Healthy, h(-0.5)).await;
+    let r1 = store.open_coverage("r1", h(0.0)).await.unwrap();
+    store.extend_coverage(r1, h(10.0)).await.unwrap();
+    let r2 = store.open_coverage("r2", h(8.0)).await.unwrap();
+    store.close_coverage(r2, h(12.0)).await.unwrap();
+    let r2 = store.open_coverage("r2", h(14.0)).await.unwrap();
+    let r1_again = store.open_coverage("r1", h(16.0)).await.unwrap();
+    store.extend_coverage(r2, h(24.5)).await.unwrap();
+    store.extend_coverage(r1_again, h(24.5)).await.unwrap();
+    let now = h(24.5);
+    let stopped: Vec<Option<i64>> =
+        sqlx::query_scalar("SELECT stopped FROM engine_coverage ORDER BY id")
+            .fetch_all(store.pool())
+            .await
+            .unwrap();
+    assert_eq!(
+        stopped,
+        vec![Some(h(10.0).0), Some(h(12.0).0), None, None],
+        "r1's dead run closed at its last heartbeat by r1's next start only"
+    );
+    let uptime = store.cluster_uptime("a", now, 1).await.unwrap();
+    assert_eq!(uptime.days[0].split, hours(0.5, 0.0, 0.0, 0.0), "today");
+    store.roll_up_uptime(now, h(-100.0)).await.unwrap();
+    let uptime = store.cluster_uptime("a", now, 2).await.unwrap();
+    assert_eq!(
+        uptime.days[0].split,
+        hours(22.0, 0.0, 0.0, 2.0),
+        "day 0, rolled up"
+    );
 }
 
 async fn set_labels(store: &Store, name: &str, labels: &str) {
