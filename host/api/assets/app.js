@@ -524,7 +524,7 @@ function pluginsView() {
         p.previous_generation ? ` (previous ${p.previous_generation})` : null,
         p.candidate_generation ? ` (checking ${p.candidate_generation})` : null),
       h('td', {}, p.version || '—'),
-      h('td', { class: 'path' }, p.source || '—'),
+      h('td', { class: p.source && p.source !== 'embedded' ? 'path' : undefined }, p.source || '—'),
       h('td', {}, `${p.probes} / ${p.faults}`),
       h('td', {}, p.probation ? [h('progress', { max: '10', value: String(p.probation.judged),
         'aria-label': `Probation of ${p.name}` }),
@@ -802,9 +802,7 @@ async function start() {
     // Follow the stream first so that no change between the lists and the stream is lost.
     follow(run);
     route();
-    const clusters = loadClusters();
-    await loadSide();
-    await clusters;
+    await Promise.all([loadClusters(), loadSide()]);
     scheduleRender();
   } catch (error) {
     handleError(error);

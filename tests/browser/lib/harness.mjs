@@ -32,7 +32,7 @@ export async function until(what, check, timeout = 60000) {
     } catch (error) {
       last = error;
     }
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}${last ? `: ${last.message}` : ''}`);
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}${last ? ` (last error: ${last.message})` : ''}`);
     await sleep(200);
   }
 }
@@ -123,13 +123,16 @@ export async function startVigil(work, kubeconfigs, env = {}) {
       const child = this.child;
       await until('vigil to answer /healthz', async () => {
         if (child.exitCode !== null) throw new Error(`vigil exited with ${child.exitCode} (see ${work}/vigil.log)`);
-        return (await fetch(`${base}/healthz`)).ok;
+        // With read auth, even /healthz wants the token.
+        return (await fetch(`${base}/healthz`, { headers: token ? { Authorization: `Bearer ${token}` } : {} })).ok;
       }, 60000);
     },
     async stop() {
       if (!this.child || this.child.exitCode !== null) return;
       this.child.kill('SIGTERM');
+      const killer = setTimeout(() => this.child.kill('SIGKILL'), 15000);
       await this.child.exited;
+      clearTimeout(killer);
     },
     /** A call to the API, with the token when one is set. */
     async api(method, p, body) {
