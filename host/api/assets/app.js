@@ -14,7 +14,7 @@ const STATUSES = ['ONLINE', 'OFFLINE', 'UNKNOWN'];
 const CONDITIONS = ['reference-broken', 'not-probeable', 'credentials-rejected', 'probe-stale',
   'probing-disabled', 'drain-blocked'];
 const SORTS = { name: 'Name', status: 'Status', reason: 'Reason', probe: 'Last probe', plugin: 'Plugin' };
-const RECENT = 50;
+const RECENT = 30;
 
 const state = {
   token: sessionStorage.getItem(TOKEN_KEY),
@@ -550,7 +550,8 @@ function renderBrake() {
       'While the brake holds, failures are not counted: no cluster goes OFFLINE and no app is degraded.',
     b.since ? [' Engaged ', localTime(b.since), '.'] : null,
     b.detail ? ` ${b.detail.failed} of ${b.detail.considered} clusters failed.` : null),
-    h('p', { id: 'brake-count' }, `Failures suppressed since this page opened: ${b.count}.`),
+    h('p', { id: 'brake-count' }, `Failures suppressed since this page opened: ${b.count}, ` +
+      `on ${b.suppressed.length}${b.suppressed.length === 100 ? '+' : ''} clusters (latest first):`),
     b.suppressed.length ? h('ul', { class: 'suppressed' }, b.suppressed.slice(0, 20).map((s) =>
       h('li', {}, h('a', { href: clusterHref(s.cluster) }, s.cluster), ` ${s.class} at `, localTime(s.at)))) : null);
 }
@@ -660,6 +661,8 @@ function onEvent(kind, event) {
   } else if (kind === 'failure-not-counted' && event.detail && event.detail.why === 'brake') {
     state.brake.holding = true;
     state.brake.count += 1;
+    // One line per cluster: its latest suppressed failure.
+    state.brake.suppressed = state.brake.suppressed.filter((s) => s.cluster !== event.cluster);
     state.brake.suppressed.unshift({ cluster: event.cluster, class: event.detail.class, at: event.at });
     state.brake.suppressed.length = Math.min(state.brake.suppressed.length, 100);
     renderBrake();
