@@ -255,8 +255,10 @@ function fleetView() {
 function renderFleet() {
   const v = state.view;
   if (!v || v.kind !== 'fleet') return;
-  const per = { ONLINE: 0, OFFLINE: 0, UNKNOWN: 0 };
+  let per = { ONLINE: 0, OFFLINE: 0, UNKNOWN: 0 };
   for (const c of state.clusters.values()) per[c.status] = (per[c.status] || 0) + 1;
+  // While the list is still loading, the summary (when this vigil has it) counts the whole fleet.
+  if (!state.listComplete && state.summary && state.summary.statuses) per = state.summary.statuses;
   replace(v.counts, STATUSES.map((s) => h('li', {},
     h('button', { type: 'button', class: `count status-${s.toLowerCase()}`, 'data-count': s,
       'aria-pressed': String(state.filter.status === s),
@@ -294,15 +296,27 @@ function renderFleet() {
   }
 }
 
+// Counts per label (`/api/v1/summary`, on a vigil that has it): the groups with the most
+// OFFLINE clusters first; a label's button filters the table by it.
 function renderGroups(el) {
-  const groups = state.summary && Array.isArray(state.summary.label_groups) ? state.summary.label_groups : null;
-  if (!groups || !groups.length) { el.replaceChildren(); return; }
-  replace(el, h('h2', {}, 'Per label'), h('table', { class: 'groups-table' },
-    h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'Label'),
+  const groups = state.summary && Array.isArray(state.summary.labels) ? [...state.summary.labels] : [];
+  if (!groups.length) { el.replaceChildren(); return; }
+  groups.sort((a, b) => (b.statuses.OFFLINE - a.statuses.OFFLINE) || (b.clusters - a.clusters));
+  const shown = groups.slice(0, 20);
+  replace(el, h('table', { class: 'groups-table', id: 'label-groups' },
+    h('caption', {}, groups.length > shown.length ? `Per label (${shown.length} of ${groups.length})` : 'Per label'),
+    h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'Label'), h('th', { scope: 'col' }, 'Clusters'),
       STATUSES.map((s) => h('th', { scope: 'col' }, s)))),
-    h('tbody', {}, groups.map((g) => h('tr', {},
-      h('th', { scope: 'row' }, `${g.key}=${g.value}`),
-      STATUSES.map((s) => h('td', {}, String((g.counts || g)[s] ?? (g.counts || g)[s.toLowerCase()] ?? 0))))))));
+    h('tbody', {}, shown.map((g) => h('tr', { 'data-label': `${g.key}=${g.value}` },
+      h('th', { scope: 'row' }, h('button', { type: 'button', class: 'link',
+        onclick: () => {
+          state.filter.label = `${g.key}=${g.value}`;
+          document.getElementById('f-label').value = state.filter.label;
+          state.page = 0;
+          renderFleet();
+        } }, `${g.key}=${g.value}`)),
+      h('td', {}, String(g.clusters)),
+      STATUSES.map((s) => h('td', {}, String(g.statuses[s] ?? 0))))))));
 }
 
 function describe(event) {
@@ -461,6 +475,8 @@ function sparkline(points, label, format) {
   svg.setAttribute('role', 'img');
   svg.setAttribute('aria-label', label);
   if (points.length < 1) return svg;
+  // One point (one day, one bucket) draws as a level line.
+  if (points.length === 1) points = [[points[0][0] - 1, points[0][1]], points[0]];
   const xs = points.map((p) => p[0]);
   const ys = points.map((p) => p[1]);
   const [x0, x1] = [Math.min(...xs), Math.max(...xs)];
@@ -485,7 +501,7 @@ function series(doc, names) {
   const out = [];
   for (const b of list) {
     if (!b || typeof b !== 'object') continue;
-    const t = Date.parse(b.start || b.at || b.from || b.time || '');
+    const t = Date.parse(b.start || b.date || b.from || b.at || '');
     const key = names.find((n) => typeof b[n] === 'number');
     if (!Number.isNaN(t) && key) out.push([t, b[key]]);
   }
@@ -496,16 +512,19 @@ function chartsSection(uptime, latency) {
   if (!uptime && !latency) return null;
   const parts = [h('h2', {}, 'Uptime and latency')];
   if (uptime) {
-    const ratio = ['uptime', 'ratio', 'availability', 'uptime_ratio'].map((k) => uptime[k]).find((x) => typeof x === 'number');
-    const pts = series(uptime, ['uptime', 'ratio', 'availability', 'uptime_ratio', 'online_ratio']);
+    const windows = (uptime.windows || []).map((w) => `${w.window}: ${typeof w.uptime_percent === 'number'
+      ? `${w.uptime_percent.toFixed(2)} %` : 'no data'}`);
+    const pts = series(uptime.days, ['uptime_percent']);
     parts.push(h('figure', { id: 'uptime' },
-      h('figcaption', {}, ratio === undefined ? 'Uptime' : `Uptime ${(ratio <= 1 ? ratio * 100 : ratio).toFixed(2)} %`),
-      sparkline(pts, 'Uptime over time', (y) => `${(y <= 1 ? y * 100 : y).toFixed(1)} %`)));
+      h('figcaption', {}, `Uptime (ONLINE of the time watched ONLINE or OFFLINE) — ${windows.join(', ')}; per day:`),
+      sparkline(pts, 'Uptime per day', (y) => `${y.toFixed(2)} %`)));
   }
   if (latency) {
-    const pts = series(latency, ['p50_ms', 'median_ms', 'p95_ms', 'p99_ms', 'mean_ms', 'avg_ms', 'ms', 'value']);
-    parts.push(h('figure', { id: 'latency' }, h('figcaption', {}, 'Probe latency (ms)'),
-      sparkline(pts, 'Probe latency over time', (y) => `${Math.round(y)} ms`)));
+    const pts = series(latency.buckets, ['mean_ms']);
+    const last = latency.buckets && latency.buckets.length ? latency.buckets[latency.buckets.length - 1] : null;
+    parts.push(h('figure', { id: 'latency' }, h('figcaption', {}, `Probe latency, mean per ${
+      Math.round((latency.bucket_seconds || 300) / 60)} min${last ? ` (latest ${Math.round(last.mean_ms)} ms, max ${last.max_ms} ms)` : ': no probe yet'}`),
+    sparkline(pts, 'Mean probe latency over time', (y) => `${Math.round(y)} ms`)));
   }
   return parts;
 }
@@ -586,7 +605,7 @@ async function loadSide() {
   state.apps = apps;
   state.plugins = plugins;
   state.summary = summary;
-  const holding = Boolean((ready && ready.brake_holding) || (summary && summary.brake && summary.brake.holding));
+  const holding = Boolean((ready && ready.brake_holding) || (summary && summary.brake_holding));
   if (holding !== state.brake.holding) {
     state.brake.holding = holding;
     if (!holding) Object.assign(state.brake, { since: null, detail: null, suppressed: [] });
@@ -617,6 +636,7 @@ const pending = new Set();
 let pendingTimer = null;
 let sideQueued = false;
 let clusterViewQueued = false;
+let summaryQueued = false;
 function queueRefresh(name, side) {
   if (name) pending.add(name);
   if (side) sideQueued = true;
@@ -641,7 +661,13 @@ async function flushRefresh() {
         batch.forEach((n, j) => (got[j] ? state.clusters.set(n, got[j]) : state.clusters.delete(n)));
       }
     }
-    if (side) await loadSide();
+    if (side) {
+      summaryQueued = false;
+      await loadSide();
+    } else if (summaryQueued) {
+      summaryQueued = false;
+      state.summary = await get('/api/v1/summary', { optional: true });
+    }
     if (view && state.view && state.view.kind === 'cluster') await clusterView(state.view.name);
     scheduleRender();
   } catch (error) {
@@ -668,6 +694,7 @@ function onEvent(kind, event) {
     renderBrake();
   }
   const side = kind.startsWith('app') || kind.startsWith('plugin') || kind.startsWith('deployment');
+  if (kind === 'status-changed' || kind.startsWith('cluster-')) summaryQueued = true;
   queueRefresh(event.cluster, side);
   if (state.view && state.view.kind === 'fleet') renderRecent();
 }

@@ -1,0 +1,54 @@
+// axe finds no WCAG 2.x A or AA violation on the fleet, a cluster (with an outage, a degraded
+// app and conditions) and the plugins, in the light and the dark colour scheme; the page is
+// usable from the keyboard (a visible focus ring on links and buttons).
+
+import assert from 'node:assert/strict';
+import test from 'node:test';
+import AxeBuilder from '@axe-core/playwright';
+import { allOnline, scenario, screenshot } from '../lib/harness.mjs';
+
+const victim = 'cluster-00001';
+
+async function axe(page, where) {
+  const result = await new AxeBuilder({ page }).withTags(['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa']).analyze();
+  const found = result.violations.map((v) => `${where}: ${v.id} (${v.impact}) ${v.nodes.slice(0, 3).map((n) => n.target.join(' ')).join(' | ')}`);
+  assert.deepEqual(found, [], found.join('\n'));
+  assert.ok(result.passes.length > 10, 'axe ran its checks');
+}
+
+test('no WCAG AA violation, light and dark', { timeout: 300000 }, async () => {
+  await scenario('a11y', { clusters: 8, env: { CLUSTER_HEALTH_INTERVAL: '1' } }, async ({ fleet, vigil, open }) => {
+    await allOnline(vigil, 8);
+    await vigil.api('POST', '/api/v1/apps', { name: 'shop', cluster: victim });
+    await vigil.api('POST', '/api/v1/deployments', { app: 'shop', version: '1.0.0' });
+    await vigil.api('PATCH', `/api/v1/clusters/${victim}`, { labels: { team: 'payments' } });
+    await fleet.refuse(victim);
+
+    for (const colorScheme of ['light', 'dark']) {
+      const { page } = await open({ colorScheme });
+      await page.goto(`${vigil.base}/`);
+      await page.waitForSelector(`#fleet tbody tr[data-cluster="${victim}"][data-status="OFFLINE"]`, { timeout: 60000 });
+      await page.waitForSelector('#connection[data-state="live"]');
+      await axe(page, `fleet (${colorScheme})`);
+
+      // Keyboard: the first Tab reaches the skip link, the next ones links with a visible ring.
+      await page.keyboard.press('Tab');
+      assert.equal(await page.evaluate(() => document.activeElement.className), 'skip');
+      await page.keyboard.press('Tab');
+      const outline = await page.evaluate(() => getComputedStyle(document.activeElement).outlineStyle);
+      assert.equal(outline, 'solid');
+      await screenshot(page, `a11y-fleet-${colorScheme}`);
+
+      await page.goto(`${vigil.base}/#/cluster/${victim}`);
+      await page.waitForSelector('#outages tr[data-open="true"]');
+      await axe(page, `cluster (${colorScheme})`);
+      await screenshot(page, `a11y-cluster-${colorScheme}`);
+
+      await page.goto(`${vigil.base}/#/plugins`);
+      await page.waitForSelector('#plugins tr[data-plugin]');
+      await axe(page, `plugins (${colorScheme})`);
+      await screenshot(page, `a11y-plugins-${colorScheme}`);
+      await page.context().close();
+    }
+  });
+});
