@@ -5,5 +5,6 @@
 
 mod api;
 mod audits;
+mod page;
 mod readiness;
 mod uptime;
