@@ -545,9 +545,8 @@ function pluginsView() {
       h('td', {}, p.version || '—'),
       h('td', { class: p.source && p.source !== 'embedded' ? 'path' : undefined }, p.source || '—'),
       h('td', {}, `${p.probes} / ${p.faults}`),
-      h('td', {}, p.probation ? [h('progress', { max: '10', value: String(p.probation.judged),
-        'aria-label': `Probation of ${p.name}` }),
-      ` ${p.probation.judged} judged, ${p.probation.inconclusive} inconclusive`] : '—'),
+      h('td', { class: 'probation' }, p.probation
+        ? `${p.probation.judged} probes judged, ${p.probation.inconclusive} inconclusive` : '—'),
       h('td', { class: 'failure' }, p.last_failure ? [
         h('span', { class: 'badge' }, `stage ${p.last_failure.stage}`), ' ',
         h('span', { class: 'message' }, p.last_failure.message), ' ',
@@ -578,6 +577,7 @@ function renderBrake() {
 // ---- loading and live updates ------------------------------------------------------------------
 
 async function loadClusters() {
+  document.getElementById('error').hidden = true;
   let after = null;
   let first = true;
   const seen = new Set();
@@ -789,7 +789,9 @@ async function refreshAll() {
 
 function handleError(error) {
   if (error instanceof Unauthorized) { needToken(); return; }
-  console.warn('vigil:', error.message);
+  const el = document.getElementById('error');
+  el.textContent = `Reading vigil's API failed: ${error.message}. The page tries again.`;
+  el.hidden = false;
 }
 
 // ---- routing and start ---------------------------------------------------------------------
