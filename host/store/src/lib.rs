@@ -2026,16 +2026,7 @@ async fn insert_event(
     .await
     .map_err(query_error("recording an event"))?;
     // A notifiable event's notification is written with it, in the same transaction.
-    outbox::enqueue(
-        tx,
-        id,
-        now,
-        cluster,
-        outage.map(|o| o.0),
-        kind,
-        detail,
-    )
-    .await
+    outbox::enqueue(tx, id, now, cluster, outage.map(|o| o.0), kind, detail).await
 }
 
 /// A cluster's row, read to decide on it: on PostgreSQL the row stays locked until the
