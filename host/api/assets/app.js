@@ -644,8 +644,16 @@ function queueRefresh(name, side) {
   if (!pendingTimer) pendingTimer = setTimeout(flushRefresh, 200);
 }
 
+let lastFullLoad = 0;
 async function flushRefresh() {
   pendingTimer = null;
+  // A burst is read as the whole list, at most every 5 s (a mass failure of 10,000 clusters
+  // would otherwise read it without pause).
+  const wait = lastFullLoad + 5000 - Date.now();
+  if (pending.size > 100 && wait > 0) {
+    pendingTimer = setTimeout(flushRefresh, wait);
+    return;
+  }
   const names = [...pending];
   pending.clear();
   const side = sideQueued;
@@ -653,8 +661,10 @@ async function flushRefresh() {
   sideQueued = false;
   clusterViewQueued = false;
   try {
-    if (names.length > 100) await loadClusters();
-    else {
+    if (names.length > 100) {
+      lastFullLoad = Date.now();
+      await loadClusters();
+    } else {
       for (let i = 0; i < names.length; i += 8) {
         const batch = names.slice(i, i + 8);
         const got = await Promise.all(batch.map((n) => get(`/api/v1/clusters/${enc(n)}`, { optional: true })));
