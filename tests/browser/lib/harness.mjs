@@ -64,14 +64,15 @@ function start(name, bin, args, env, work) {
 }
 
 /** The fake fleet: `clusters` fake Kubernetes API servers, their kubeconfigs in `work/kubeconfigs`. */
-export async function startFleet(work, clusters) {
+export async function startFleet(work, clusters, fixtures) {
   const kubeconfigs = path.join(work, 'kubeconfigs');
   fs.mkdirSync(kubeconfigs, { recursive: true });
   const control = `127.0.0.1:${await freePort()}`;
   const block = 100 + Math.floor(Math.random() * 100);
   const port = await freePort();
   const child = start('fake-kube', fakeKubeBin, ['--clusters', String(clusters), '--kubeconfig-dir', kubeconfigs,
-    '--shape', 'embedded', '--address-block', String(block), '--port', String(port), '--control', control],
+    '--shape', 'embedded', '--address-block', String(block), '--port', String(port), '--control', control,
+    ...(fixtures ? ['--fixtures', path.join(root, fixtures)] : [])],
   process.env, work);
   await until('fake-kube to be ready', () => fs.readFileSync(path.join(work, 'fake-kube.log'), 'utf8').includes('fake-kube ready'), 30000);
   const base = `http://${control}`;
@@ -216,12 +217,12 @@ export async function screenshot(page, name) {
  * (settings in `env`), and stops everything after, keeping a screenshot of the last page
  * opened as `target/browser-artifacts/NAME.png` (also when the test failed).
  */
-export async function scenario(name, { clusters = 50, env = {}, prepare } = {}, body) {
+export async function scenario(name, { clusters = 50, env = {}, prepare, fixtures } = {}, body) {
   const work = workDir(name);
   const stops = [];
   let last = null;
   try {
-    const fleet = await startFleet(work, clusters);
+    const fleet = await startFleet(work, clusters, fixtures);
     stops.push(() => fleet.stop());
     if (prepare) await prepare({ work, fleet });
     const vigil = await startVigil(work, fleet.kubeconfigs, typeof env === 'function' ? env(work) : env);

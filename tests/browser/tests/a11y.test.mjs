@@ -1,11 +1,11 @@
 // axe finds no WCAG 2.x A or AA violation on the fleet, a cluster (with an outage, a degraded
-// app and conditions) and the plugins, in the light and the dark colour scheme; the page is
+// app and conditions), a cluster with drain findings and the plugins, in the light and the dark colour scheme; the page is
 // usable from the keyboard (a visible focus ring on links and buttons).
 
 import assert from 'node:assert/strict';
 import test from 'node:test';
 import AxeBuilder from '@axe-core/playwright';
-import { allOnline, scenario, screenshot } from '../lib/harness.mjs';
+import { allOnline, scenario, screenshot, until } from '../lib/harness.mjs';
 
 const victim = 'cluster-00001';
 
@@ -17,12 +17,18 @@ async function axe(page, where) {
 }
 
 test('no WCAG AA violation, light and dark', { timeout: 300000 }, async () => {
-  await scenario('a11y', { clusters: 8, env: { CLUSTER_HEALTH_INTERVAL: '1' } }, async ({ fleet, vigil, open }) => {
+  // Every fake cluster serves the objects of fixtures/basic, whose `data/db` budget allows no
+  // disruption: the built-in pdb-audit plugin reports it.
+  await scenario('a11y', {
+    clusters: 8, fixtures: 'tests/fake-kube/fixtures/basic', env: { CLUSTER_HEALTH_INTERVAL: '1' },
+  }, async ({ fleet, vigil, open }) => {
     await allOnline(vigil, 8);
     await vigil.api('POST', '/api/v1/apps', { name: 'shop', cluster: victim });
     await vigil.api('POST', '/api/v1/deployments', { app: 'shop', version: '1.0.0' });
     await vigil.api('PATCH', `/api/v1/clusters/${victim}`, { labels: { team: 'payments' } });
     await fleet.refuse(victim);
+    await until('the first drain audit', async () =>
+      (await vigil.api('GET', '/api/v1/clusters/cluster-00002/findings')).findings.length > 0, 60000);
 
     for (const colorScheme of ['light', 'dark']) {
       const { page } = await open({ colorScheme });
@@ -43,6 +49,16 @@ test('no WCAG AA violation, light and dark', { timeout: 300000 }, async () => {
       await page.waitForSelector('#outages tr[data-open="true"]');
       await axe(page, `cluster (${colorScheme})`);
       await screenshot(page, `a11y-cluster-${colorScheme}`);
+
+      // Drain findings, each with its fix.
+      await page.goto(`${vigil.base}/#/cluster/cluster-00002`);
+      await page.waitForSelector('#findings li');
+      const findings = await page.locator('#findings').textContent();
+      assert.match(findings, /blocking/);
+      assert.match(findings, /PodDisruptionBudget data\/db/);
+      assert.match(findings, /Fix: /);
+      await axe(page, `cluster with findings (${colorScheme})`);
+      await screenshot(page, `a11y-findings-${colorScheme}`);
 
       await page.goto(`${vigil.base}/#/plugins`);
       await page.waitForSelector('#plugins tr[data-plugin]');
