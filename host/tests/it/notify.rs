@@ -13,7 +13,6 @@
 //! outbox or the receiver's bodies.
 
 use std::fs::File;
-use std::io::{Read as _, Write as _};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -26,7 +25,7 @@ use vigil_fake_kube::kubeconfig::write_kubeconfigs;
 use vigil_fake_kube::{AddressPlan, Fleet, KubeconfigOptions, KubeconfigShape, ShapePlan};
 use vigil_store::Store;
 
-use crate::process::{Running, listening_on, tail, vigil, wait_exit};
+use crate::process::{Running, http_get, listening_on, tail, vigil, wait_exit};
 use vigil_test_support as plugins;
 
 /// The receiver's secret (a test value: `whsec_` and 24 random bytes in base64).
@@ -147,24 +146,6 @@ fn summary(request: &Value) -> String {
     }
 }
 
-fn http_get(address: SocketAddr, path: &str) -> String {
-    let mut stream = std::net::TcpStream::connect(address).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    response
-        .split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_owned())
-        .unwrap_or_default()
-}
-
 struct Setup {
     dir: tempfile::TempDir,
     kubeconfigs: PathBuf,
@@ -215,21 +196,11 @@ fn kill(child: &Child, signal: &str) {
     assert!(status.success());
 }
 
-async fn wait_until(what: &str, log: &Path, mut check: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while !check().await {
-        assert!(Instant::now() < deadline, "never {what}:\n{}", tail(log));
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn outages_and_recoveries_reach_a_signed_webhook_once_in_order_across_failures_and_crashes() {
-    let dir = tempfile::tempdir().unwrap();
-    let receiver = Receiver::start(dir.path());
-    let kubeconfigs = dir.path().join("kubeconfigs");
+/// `clusters` fake clusters, and a directory of token kubeconfigs for them.
+async fn fleet_of(clusters: usize, dir: &Path) -> (Fleet, PathBuf) {
+    let kubeconfigs = dir.join("kubeconfigs");
     let fleet = Fleet::builder()
-        .clusters(5)
+        .clusters(clusters)
         .addresses(AddressPlan::Auto)
         .start()
         .await
@@ -243,6 +214,31 @@ async fn outages_and_recoveries_reach_a_signed_webhook_once_in_order_across_fail
         },
     )
     .unwrap();
+    (fleet, kubeconfigs)
+}
+
+/// Waits for `clusters` clusters, all ONLINE.
+async fn all_online(store: &Store, clusters: usize, log: &Path) {
+    wait_until("all ONLINE", log, async || {
+        let all = store.clusters().await.unwrap();
+        all.len() == clusters && all.iter().all(|c| c.health.status == ClusterStatus::Online)
+    })
+    .await;
+}
+
+async fn wait_until(what: &str, log: &Path, mut check: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !check().await {
+        assert!(Instant::now() < deadline, "never {what}:\n{}", tail(log));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outages_and_recoveries_reach_a_signed_webhook_once_in_order_across_failures_and_crashes() {
+    let dir = tempfile::tempdir().unwrap();
+    let receiver = Receiver::start(dir.path());
+    let (fleet, kubeconfigs) = fleet_of(5, dir.path()).await;
     let names: Vec<String> = fleet
         .clusters()
         .iter()
@@ -272,14 +268,7 @@ async fn outages_and_recoveries_reach_a_signed_webhook_once_in_order_across_fail
         .await
         .unwrap();
     let status_of = async |name: &str| store.cluster(name).await.unwrap().health.status;
-    wait_until("all ONLINE", &setup.log, async || {
-        let clusters = store.clusters().await.unwrap();
-        clusters.len() == 5
-            && clusters
-                .iter()
-                .all(|c| c.health.status == ClusterStatus::Online)
-    })
-    .await;
+    all_online(&store, 5, &setup.log).await;
     let now = wall_clock();
     store
         .register_app("shop", &names[0], AppStatus::Deployed, now)
@@ -584,22 +573,7 @@ async fn an_offline_cluster_fires_in_alertmanager_past_its_resolve_timeout_and_r
  {
     let dir = tempfile::tempdir().unwrap();
     let alertmanager = Alertmanager::start(dir.path());
-    let kubeconfigs = dir.path().join("kubeconfigs");
-    let fleet = Fleet::builder()
-        .clusters(3)
-        .addresses(AddressPlan::Auto)
-        .start()
-        .await
-        .unwrap();
-    write_kubeconfigs(
-        fleet.clusters(),
-        &kubeconfigs,
-        &KubeconfigOptions {
-            shapes: ShapePlan::Only(KubeconfigShape::Token),
-            single_file: false,
-        },
-    )
-    .unwrap();
+    let (fleet, kubeconfigs) = fleet_of(3, dir.path()).await;
     let down = fleet.clusters()[0].name().to_owned();
     let notify = dir.path().join("notify.toml");
     std::fs::write(
@@ -622,14 +596,7 @@ async fn an_offline_cluster_fires_in_alertmanager_past_its_resolve_timeout_and_r
     let store = Store::open(&format!("sqlite://{}", setup.database.display()))
         .await
         .unwrap();
-    wait_until("all ONLINE", &setup.log, async || {
-        let clusters = store.clusters().await.unwrap();
-        clusters.len() == 3
-            && clusters
-                .iter()
-                .all(|c| c.health.status == ClusterStatus::Online)
-    })
-    .await;
+    all_online(&store, 3, &setup.log).await;
     assert!(alertmanager.active().is_empty());
 
     fleet.get(0).unwrap().refuse().await.unwrap();
@@ -684,22 +651,7 @@ async fn with_replicas_one_sends_and_the_other_takes_over_a_killed_senders_notif
         tokio::task::spawn_blocking(|| vigil_test_support::postgres::server().fresh_database().url)
             .await
             .unwrap();
-    let kubeconfigs = dir.path().join("kubeconfigs");
-    let fleet = Fleet::builder()
-        .clusters(3)
-        .addresses(AddressPlan::Auto)
-        .start()
-        .await
-        .unwrap();
-    write_kubeconfigs(
-        fleet.clusters(),
-        &kubeconfigs,
-        &KubeconfigOptions {
-            shapes: ShapePlan::Only(KubeconfigShape::Token),
-            single_file: false,
-        },
-    )
-    .unwrap();
+    let (fleet, kubeconfigs) = fleet_of(3, dir.path()).await;
     let down = fleet.clusters()[0].name().to_owned();
     let secret_file = dir.path().join("webhook.secret");
     std::fs::write(&secret_file, SECRET).unwrap();
@@ -746,14 +698,7 @@ async fn with_replicas_one_sends_and_the_other_takes_over_a_killed_senders_notif
     let (r2, log2) = start("r2");
     let mut replicas = [(Some(r1), log1), (Some(r2), log2)];
     let store = Store::open(&database_url).await.unwrap();
-    wait_until("all ONLINE", &replicas[0].1, async || {
-        let clusters = store.clusters().await.unwrap();
-        clusters.len() == 3
-            && clusters
-                .iter()
-                .all(|c| c.health.status == ClusterStatus::Online)
-    })
-    .await;
+    all_online(&store, 3, &replicas[0].1).await;
 
     receiver.set("hold", true);
     fleet.get(0).unwrap().refuse().await.unwrap();
@@ -826,22 +771,7 @@ async fn a_webhook_over_https_is_delivered_only_to_a_receiver_the_sink_trusts() 
     std::fs::write(&key, issued.key_pem()).unwrap();
     std::fs::write(&ca_file, ca.certificate_pem()).unwrap();
     let receiver = Receiver::start_with(dir.path(), Some((&cert, &key)));
-    let kubeconfigs = dir.path().join("kubeconfigs");
-    let fleet = Fleet::builder()
-        .clusters(2)
-        .addresses(AddressPlan::Auto)
-        .start()
-        .await
-        .unwrap();
-    write_kubeconfigs(
-        fleet.clusters(),
-        &kubeconfigs,
-        &KubeconfigOptions {
-            shapes: ShapePlan::Only(KubeconfigShape::Token),
-            single_file: false,
-        },
-    )
-    .unwrap();
+    let (fleet, kubeconfigs) = fleet_of(2, dir.path()).await;
     let secret_file = dir.path().join("webhook.secret");
     std::fs::write(&secret_file, SECRET).unwrap();
     let webhook = |name: &str, trust: &str| {
@@ -874,14 +804,7 @@ async fn a_webhook_over_https_is_delivered_only_to_a_receiver_the_sink_trusts() 
     let store = Store::open(&format!("sqlite://{}", setup.database.display()))
         .await
         .unwrap();
-    wait_until("all ONLINE", &setup.log, async || {
-        let clusters = store.clusters().await.unwrap();
-        clusters.len() == 2
-            && clusters
-                .iter()
-                .all(|c| c.health.status == ClusterStatus::Online)
-    })
-    .await;
+    all_online(&store, 2, &setup.log).await;
     fleet.get(0).unwrap().refuse().await.unwrap();
     wait_until("delivered over TLS", &setup.log, async || {
         !receiver.accepted().is_empty()

@@ -2,7 +2,8 @@
 //! a child killed if the test fails, exit with a deadline, SIGTERM.
 #![allow(dead_code)]
 
-use std::io::Read;
+use std::io::{Read, Write as _};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -131,4 +132,23 @@ pub fn listening_on(log: &Path, server: &mut Running) -> String {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// A plain HTTP/1.1 GET on loopback; the body.
+pub fn http_get(address: SocketAddr, path: &str) -> String {
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default()
 }

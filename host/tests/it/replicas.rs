@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -17,7 +17,7 @@ use vigil_fake_kube::kubeconfig::write_kubeconfigs;
 use vigil_fake_kube::{AddressPlan, Fleet, KubeconfigOptions, KubeconfigShape, ShapePlan};
 use vigil_store::Store;
 
-use crate::process::{Running, sigterm, tail, vigil, wait_exit};
+use crate::process::{Running, http_get, sigterm, tail, vigil, wait_exit};
 
 /// The one request a probe makes.
 const NAMESPACES: &str = "/api/v1/namespaces";
@@ -185,25 +185,6 @@ impl Replica {
             .unwrap();
         assert!(status.success(), "kill {signal} {pid}");
     }
-}
-
-/// A plain HTTP/1.1 GET on loopback; the body.
-fn http_get(address: SocketAddr, path: &str) -> String {
-    let mut stream = std::net::TcpStream::connect(address).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    response
-        .split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_owned())
-        .unwrap_or_default()
 }
 
 /// An event stream read from a replica in a thread of its own: the `(id, kind)` of each
