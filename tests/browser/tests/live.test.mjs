@@ -36,6 +36,22 @@ test('an outage and its recovery show live', { timeout: 300000 }, async () => {
     await until('the label group to count the outage', async () => (await group.nth(2).textContent()) === '1', 10000);
     await screenshot(page, 'live-offline');
 
+    // Filters and sorting, from the keyboard's controls.
+    await page.selectOption('#f-status', 'OFFLINE');
+    assert.deepEqual(await page.locator('#fleet tbody tr[data-cluster]').evaluateAll((rows) => rows.map((r) => r.dataset.cluster)), [victim]);
+    await page.selectOption('#f-status', '');
+    await page.fill('#f-label', 'team=shop');
+    assert.equal(await page.locator('#fleet tbody tr[data-cluster]').count(), 1);
+    await page.fill('#f-label', '');
+    await page.fill('#f-text', 'cluster-0004');
+    assert.equal(await page.locator('#fleet tbody tr[data-cluster]').count(), 10);
+    await page.fill('#f-text', '');
+    await page.click('button[data-sort="status"]');
+    assert.equal(await page.locator('#fleet tbody tr[data-cluster]').first().getAttribute('data-cluster'), victim);
+    assert.equal(await page.locator('th[data-key="status"]').getAttribute('aria-sort'), 'ascending');
+    await page.click('button[data-sort="name"]');
+    assert.equal(await page.locator('#fleet tbody tr[data-cluster]').first().getAttribute('data-cluster'), 'cluster-00000');
+
     // The cluster view, reached by its link (keyboard: focus and Enter).
     await page.locator(`${row(victim)} a`).focus();
     await page.keyboard.press('Enter');
