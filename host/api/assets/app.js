@@ -864,6 +864,16 @@ window.addEventListener('hashchange', () => { route(); document.getElementById('
 setInterval(tickAges, 1000);
 // Ages tick locally; the lists are read again now and then for the probes that changed
 // nothing (a healthy probe writes no event).
+// A probation's progress writes no event: the plugins view reads the list again every 2 s
+// while a generation is on probation or being checked, every 15 s otherwise.
+let pluginTicks = 0;
+setInterval(() => {
+  pluginTicks += 1;
+  if (!state.view || state.view.kind !== 'plugins' || document.hidden) return;
+  const judging = state.plugins.some((p) => p.state === 'probation' || p.state === 'candidate');
+  if (!judging && pluginTicks % 8 !== 0) return;
+  get('/api/v1/plugins').then((plugins) => { state.plugins = plugins; scheduleRender(); }).catch(handleError);
+}, 2000);
 let ticks = 0;
 setInterval(() => {
   ticks += 1;
