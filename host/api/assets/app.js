@@ -25,6 +25,7 @@ const state = {
   plugins: [],
   summary: null,
   brake: { holding: false, since: null, detail: null, suppressed: [], count: 0 },
+  notifications: null,
   recent: [],
   lastEventId: null,
   filter: { status: '', condition: '', label: '', text: '' },
@@ -574,6 +575,25 @@ function renderBrake() {
       h('li', {}, h('a', { href: clusterHref(s.cluster) }, s.cluster), ` ${s.class} at `, localTime(s.at)))) : null);
 }
 
+// ---- the notification sinks (from /readyz) ---------------------------------------------------
+
+function renderNotifications() {
+  const el = document.getElementById('notify');
+  const n = state.notifications;
+  const failing = n ? n.sinks.filter((s) => s.failing) : [];
+  if (!n || (!failing.length && !n.config_error)) { el.hidden = true; el.replaceChildren(); return; }
+  el.hidden = false;
+  replace(el,
+    failing.length ? h('h2', {}, 'Notifications are not getting through') : null,
+    failing.length ? h('ul', { class: 'sinks' }, failing.map((s) => h('li', { 'data-sink': s.name },
+      `${s.name} (${s.kind}): ${s.attempts} failed attempts in a row`,
+      s.last_error ? ` — ${s.last_error}` : null,
+      '. They are kept and sent once it answers.'))) : null,
+    n.config_error ? h('p', { id: 'notify-config-error' },
+      'The notifications file read again was refused, the previous one stays in force: ',
+      n.config_error) : null);
+}
+
 // ---- loading and live updates ------------------------------------------------------------------
 
 async function loadClusters() {
@@ -605,6 +625,8 @@ async function loadSide() {
   state.apps = apps;
   state.plugins = plugins;
   state.summary = summary;
+  state.notifications = (ready && ready.notifications) || null;
+  renderNotifications();
   const holding = Boolean((ready && ready.brake_holding) || (summary && summary.brake_holding));
   if (holding !== state.brake.holding) {
     state.brake.holding = holding;
@@ -874,6 +896,15 @@ setInterval(() => {
   if (!judging && pluginTicks % 8 !== 0) return;
   get('/api/v1/plugins').then((plugins) => { state.plugins = plugins; scheduleRender(); }).catch(handleError);
 }, 2000);
+// A sink's failures write no event: with notifications configured, /readyz is read again
+// every 10 s.
+setInterval(() => {
+  if (!state.notifications || document.hidden || document.getElementById('main').hidden) return;
+  get('/readyz', { accept: [503] }).then((ready) => {
+    state.notifications = (ready && ready.notifications) || null;
+    renderNotifications();
+  }).catch(handleError);
+}, 10000);
 let ticks = 0;
 setInterval(() => {
   ticks += 1;
