@@ -28,6 +28,11 @@ test('a failing notification sink shows on the page, its secret never', { timeou
   await scenario('notify', { clusters: 5, env }, async ({ fleet, vigil, open }) => {
     await allOnline(vigil, 5);
     const { page } = await open();
+    // Every body the page receives, to scan for secrets.
+    const bodies = [];
+    page.on('response', async (response) => {
+      try { bodies.push(await response.text()); } catch { /* a stream cut at the end */ }
+    });
     await page.goto(`${vigil.base}/`);
     await page.waitForSelector('#fleet[data-rows-rendered]');
     await page.waitForSelector('#connection[data-state="live"]');
@@ -39,8 +44,20 @@ test('a failing notification sink shows on the page, its secret never', { timeou
     const notice = await page.locator('#notify').textContent();
     assert.match(notice, /ops-hook \(webhook\)/);
     assert.match(notice, /cannot connect to 127\.0\.0\.1/);
+    // Neither the webhook secret nor any kubeconfig material (keys, certificates, tokens)
+    // is on the page or in anything the page read.
+    const secrets = [SECRET.slice('whsec_'.length)];
+    for (const file of fs.readdirSync(fleet.kubeconfigs)) {
+      const text = fs.readFileSync(path.join(fleet.kubeconfigs, file), 'utf8');
+      for (const m of text.matchAll(/(?:-data|token):\s*(?:>-\s*)?"?([A-Za-z0-9+/=._-]{16,})/g)) secrets.push(m[1]);
+    }
+    assert.ok(secrets.length >= 10, `kubeconfig material found to scan for: ${secrets.length}`);
     const html = await page.content();
-    assert.ok(!html.includes(SECRET.slice('whsec_'.length)), 'the secret is not on the page');
+    for (const secret of secrets) {
+      assert.ok(!html.includes(secret), 'a secret on the page');
+      assert.ok(!bodies.some((b) => b.includes(secret)), 'a secret in what the page read');
+    }
+    assert.ok(bodies.length >= 4, `the page's reads were seen: ${bodies.length}`);
     await screenshot(page, 'notify-failing');
     const results = await new AxeBuilder({ page })
       .withTags(['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa'])
