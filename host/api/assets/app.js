@@ -328,8 +328,8 @@ function describe(event) {
     case 'failure-not-counted': return `failure not counted (${d.why}, ${d.class})`;
     case 'condition-set': return d.condition ? `condition ${d.condition.type || d.condition.kind} set: ${d.condition.reason}` : 'condition set';
     case 'condition-cleared': return `condition ${d.kind} cleared`;
-    case 'apps-degraded': return `${(d.apps || []).length} app(s) degraded`;
-    case 'apps-restored': return `${(d.apps || []).length} app(s) restored (outage ${d.outage})`;
+    case 'apps-degraded': return `${appList(d)} degraded`;
+    case 'apps-restored': return `${appList(d)} restored (outage ${d.outage})`;
     case 'brake-engaged': return `brake engaged: ${d.failed} of ${d.considered} clusters failed`;
     case 'brake-released': return 'brake released';
     default: return event.kind;
@@ -357,18 +357,24 @@ function dl(pairs) {
   return h('dl', { class: 'facts' }, pairs.filter(Boolean).map(([k, v]) => [h('dt', {}, k), h('dd', {}, v)]));
 }
 
+// The apps of a cascade: their names (recorded with the event), else how many.
+function appList(d) {
+  if (Array.isArray(d.app_names) && d.app_names.length) return d.app_names.join(', ');
+  return `${(d.apps || []).length} app(s)`;
+}
+
 // The outages of a history (newest first): each opened by a transition to OFFLINE and
 // closed by the transition back, with the apps it degraded and restored.
 function outages(events) {
   const byId = new Map();
   for (const e of [...events].reverse()) {
     if (e.outage === null || e.outage === undefined) continue;
-    const o = byId.get(e.outage) || { id: e.outage, opened: null, closed: null, degraded: 0, restored: 0 };
+    const o = byId.get(e.outage) || { id: e.outage, opened: null, closed: null, degraded: [], restored: [] };
     const d = e.detail || {};
     if (e.kind === 'status-changed' && d.to === 'OFFLINE') o.opened = e.at;
     if (e.kind === 'status-changed' && d.from === 'OFFLINE') o.closed = e.at;
-    if (e.kind === 'apps-degraded') o.degraded += (d.apps || []).length;
-    if (e.kind === 'apps-restored') { o.restored += (d.apps || []).length; o.closed = o.closed || e.at; }
+    if (e.kind === 'apps-degraded') o.degraded.push(appList(d));
+    if (e.kind === 'apps-restored') { o.restored.push(appList(d)); o.closed = o.closed || e.at; }
     byId.set(e.outage, o);
   }
   return [...byId.values()].reverse();
@@ -436,7 +442,7 @@ async function clusterView(name) {
         h('td', {}, o.closed ? localTime(o.closed) : 'open'),
         h('td', {}, o.opened ? duration((o.closed ? Date.parse(o.closed) : now) - Date.parse(o.opened))
           + (o.closed ? '' : ' so far') : '—'),
-        h('td', {}, String(o.degraded)), h('td', {}, String(o.restored))))))
+        h('td', {}, o.degraded.join('; ') || '—'), h('td', {}, o.restored.join('; ') || '—')))))
       : h('p', {}, 'No outage in the history shown.'),
     h('h2', {}, 'Timeline'),
     events.length ? h('ol', { class: 'timeline', id: 'timeline' }, events.map(eventItem))

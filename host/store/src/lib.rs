@@ -2011,6 +2011,24 @@ async fn insert_event(
     detail: &serde_json::Value,
     actor: Option<&str>,
 ) -> Result<(), StoreError> {
+    // A cascade names its apps by id; the history also keeps their names, which outlive
+    // a deleted app and are what a reader wants.
+    let named;
+    let cascade = matches!(kind, "apps-degraded" | "apps-restored");
+    let names = if cascade {
+        outbox::app_names(tx, detail).await?
+    } else {
+        None
+    };
+    let detail = match names {
+        Some(names) => {
+            let mut with_names = detail.clone();
+            with_names["app_names"] = names.into();
+            named = with_names;
+            &named
+        }
+        None => detail,
+    };
     let id: i64 = sqlx::query_scalar(
         "INSERT INTO events (at, cluster_id, cluster_name, outage_id, kind, detail, actor) \
          VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",

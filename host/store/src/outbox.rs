@@ -98,22 +98,18 @@ pub(crate) async fn enqueue(
     if let Some(outage) = outage {
         payload["outage"] = outage.into();
     }
-    // Cascades name their apps by id; a receiver wants their names.
-    if let Some(ids) = detail.get("apps").and_then(serde_json::Value::as_array) {
-        let mut names = Vec::with_capacity(ids.len());
-        for id in ids.iter().filter_map(serde_json::Value::as_i64) {
-            let name: Option<String> = sqlx::query_scalar("SELECT name FROM apps WHERE id = $1")
-                .bind(id)
-                .fetch_optional(&mut **tx)
-                .await
-                .map_err(query_error("naming the apps of a notification"))?;
-            names.extend(name);
-        }
+    // Cascades name their apps by id; a receiver wants their names (`insert_event` added
+    // them to the detail).
+    if detail.get("apps").is_some() {
+        let names = detail
+            .get("app_names")
+            .cloned()
+            .unwrap_or_else(|| serde_json::json!([]));
         // A cascade that touched no app tells nothing.
-        if names.is_empty() {
+        if names.as_array().is_none_or(Vec::is_empty) {
             return Ok(());
         }
-        payload["apps"] = names.into();
+        payload["apps"] = names;
     }
     let position = match Backend::of(tx) {
         Backend::Sqlite => Some(event_id),
@@ -136,6 +132,27 @@ pub(crate) async fn enqueue(
     .await
     .map_err(query_error("writing a notification"))?;
     Ok(())
+}
+
+/// The names of the apps a cascade's `detail` lists by id (`apps`), in its order; `None`
+/// when the detail lists no apps.
+pub(crate) async fn app_names(
+    tx: &mut Tx,
+    detail: &serde_json::Value,
+) -> Result<Option<Vec<String>>, StoreError> {
+    let Some(ids) = detail.get("apps").and_then(serde_json::Value::as_array) else {
+        return Ok(None);
+    };
+    let mut names = Vec::with_capacity(ids.len());
+    for id in ids.iter().filter_map(serde_json::Value::as_i64) {
+        let name: Option<String> = sqlx::query_scalar("SELECT name FROM apps WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(query_error("naming the apps of a cascade"))?;
+        names.extend(name);
+    }
+    Ok(Some(names))
 }
 
 /// Completes the notifications written by the committing transaction with the reason of

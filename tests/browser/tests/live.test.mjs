@@ -70,7 +70,11 @@ test('an outage and its recovery show live', { timeout: 300000 }, async () => {
     await page.waitForSelector('#outages tr[data-open="false"]');
     assert.match(await page.locator('#outages tr[data-open="false"] td:nth-of-type(3)').textContent(), /\d+ s/);
     assert.match(await page.locator('#timeline').textContent(), /OFFLINE → ONLINE/);
-    assert.match(await page.locator('#timeline').textContent(), /app\(s\) restored/);
+    assert.match(await page.locator('#timeline').textContent(), /shop restored/);
+    // The closed outage names the app it degraded and the one its recovery restored.
+    const closed = page.locator('#outages tr[data-open="false"]');
+    assert.equal(await closed.locator('td:nth-of-type(4)').textContent(), 'shop');
+    assert.equal(await closed.locator('td:nth-of-type(5)').textContent(), 'shop');
 
     // Back to the fleet: the row is ONLINE again; all of it without a reload.
     await page.goBack();

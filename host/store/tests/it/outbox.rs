@@ -149,6 +149,18 @@ async fn outbox_rows_follow_their_changes_and_sinks_move_one_row_at_a_time(db: F
         serde_json::json!({"env": "prod"})
     );
     assert_eq!(payload(&rows[2])["apps"], serde_json::json!(["shop"]));
+    // The history keeps the names too.
+    let degraded = store
+        .events(None)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|e| e.kind == "apps-degraded")
+        .unwrap();
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&degraded.detail).unwrap()["app_names"],
+        serde_json::json!(["shop"])
+    );
     assert!(payload(&rows[2])["outage"].is_i64(), "{rows:?}");
     assert!(
         rows.windows(2)
