@@ -30,7 +30,7 @@ use vigil_engine::worker::{Sharing, Worker, WorkerSettings, WorkerStats};
 use vigil_notify::{Notifier, NotifyConfig, NotifyStatus};
 use vigil_plugin_host::{
     AuditOutcome, CandidateFailure, FindingSeverity, PluginEvent, PluginRuntime, PluginStatus,
-    ReloadReport, RuntimeError, RuntimeSettings,
+    ProbationPolicy, ReloadReport, RuntimeError, RuntimeSettings,
 };
 use vigil_store::lock::{DatabaseLock, LockError};
 use vigil_store::{AuditResult, Backend, Finding, Lease, ObjectRef, Severity, Store, StoreError};
@@ -394,7 +394,7 @@ impl PluginCatalog for EngineProber {
         let mut views: Vec<PluginView> = runtime
             .catalog_status()
             .into_iter()
-            .map(plugin_view)
+            .map(|status| plugin_view(status, runtime.probation()))
             .collect();
         // The serving plugins in routing order, then the others by name.
         let order: Vec<String> = runtime.plugins().into_iter().map(|p| p.name).collect();
@@ -423,7 +423,7 @@ impl PluginCatalog for EngineProber {
     }
 }
 
-fn plugin_view(status: PluginStatus) -> PluginView {
+fn plugin_view(status: PluginStatus, probation: ProbationPolicy) -> PluginView {
     let current = status.current;
     PluginView {
         name: status.name,
@@ -464,6 +464,8 @@ fn plugin_view(status: PluginStatus) -> PluginView {
             .map(|(judged, inconclusive)| ProbationView {
                 judged,
                 inconclusive,
+                probes: probation.probes,
+                max_inconclusive: probation.allowed_inconclusive(),
             }),
         last_failure: status.last_failure.as_ref().map(failure_view),
     }

@@ -538,6 +538,13 @@ function chartsSection(uptime, latency) {
 
 // ---- plugins --------------------------------------------------------------------------------
 
+// A probation's progress: probes judged out of its length, inconclusive out of those allowed.
+function probationProgress(pr) {
+  const text = `${pr.judged} of ${pr.probes} probes judged, ${pr.inconclusive} inconclusive ` +
+    `(${pr.max_inconclusive} allowed)`;
+  return h('span', {}, h('progress', { max: String(pr.probes), value: String(pr.judged), 'aria-label': 'probation progress' }), ' ', text);
+}
+
 function pluginsView() {
   const main = document.getElementById('main');
   replace(main, h('h1', {}, 'Plugins'), state.plugins.length ? h('table', { id: 'plugins' },
@@ -553,7 +560,7 @@ function pluginsView() {
       h('td', { class: p.source && p.source !== 'embedded' ? 'path' : undefined }, p.source || '—'),
       h('td', {}, `${p.probes} / ${p.faults}`),
       h('td', { class: 'probation' }, p.probation
-        ? `${p.probation.judged} probes judged, ${p.probation.inconclusive} inconclusive` : '—'),
+        ? probationProgress(p.probation) : '—'),
       h('td', { class: 'failure' }, p.last_failure ? [
         h('span', { class: 'badge' }, `stage ${p.last_failure.stage}`), ' ',
         h('span', { class: 'message' }, p.last_failure.message), ' ',

@@ -490,6 +490,10 @@ pub struct ProbationView {
     pub judged: u32,
     /// Of which inconclusive.
     pub inconclusive: u32,
+    /// How many probes the probation lasts (`VIGIL_PLUGIN_PROBATION_PROBES`).
+    pub probes: u32,
+    /// How many of them may be inconclusive before the previous generation serves again.
+    pub max_inconclusive: u32,
 }
 
 /// Why a generation of a plugin was discarded.

@@ -130,6 +130,11 @@ impl Default for ProbationPolicy {
 }
 
 impl ProbationPolicy {
+    /// How many of the probation's probes may be inconclusive without failing it.
+    pub fn allowed_inconclusive(self) -> u32 {
+        self.failing_count() - 1
+    }
+
     /// The number of inconclusive probes, out of [`Self::probes`], that fails the
     /// probation: the first count whose ratio passes the bound.
     fn failing_count(self) -> u32 {
@@ -238,6 +243,10 @@ impl<P: Generation> Catalog<P> {
             routing: Arc::from([]),
             policy,
         }
+    }
+
+    pub(crate) fn policy(&self) -> ProbationPolicy {
+        self.policy
     }
 
     pub(crate) fn set_policy(&mut self, policy: ProbationPolicy) {

@@ -648,6 +648,11 @@ impl PluginRuntime {
         Ok((runtime, report))
     }
 
+    /// How replacements are judged now.
+    pub fn probation(&self) -> ProbationPolicy {
+        self.catalog().policy()
+    }
+
     /// How replacements are judged from now on (default: [`ProbationPolicy::default`]).
     pub fn set_probation(&self, policy: ProbationPolicy) {
         self.catalog().set_policy(policy);

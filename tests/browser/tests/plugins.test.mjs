@@ -35,7 +35,9 @@ test('a plugin replaced live: probation, then active', { timeout: 300000 }, asyn
     const row = '#plugins tr[data-plugin="kubeconfig-file"]';
     await page.waitForSelector(`${row}[data-state="probation"]`, { timeout: 60000 });
     assert.match(await page.locator(`${row} td`).nth(1).textContent(), /^2 \(previous 1\)/);
-    await page.waitForFunction((sel) => /[1-9]\d* probes judged/.test(document.querySelector(`${sel} .probation`).textContent), row);
+    await page.waitForFunction((sel) => /[1-9]\d* of 20 probes judged, 0 inconclusive \(10 allowed\)/
+      .test(document.querySelector(`${sel} .probation`).textContent), row);
+    assert.equal(await page.locator(`${row} .probation progress`).getAttribute('max'), '20');
     await screenshot(page, 'plugins-probation');
     await page.waitForSelector(`${row}[data-state="active"]`, { timeout: 60000 });
     assert.match(await page.locator(`${row} td`).nth(1).textContent(), /^2/);
