@@ -2395,7 +2395,21 @@ async fn apply_probe_in_tx(
         &settings.brake,
     ) {
         let config = brake_config(tx, settings).await?;
-        evaluate_brake(tx, cluster, fleet_failed, now, &config, brake_before).await?
+        // A failure that continues this cluster's streak is judged on the fleet since the
+        // streak's previous counted failure (docs/rules.md#mass-failure-brake).
+        let streak = (fleet_failed && record.health.consecutive_failures > 0)
+            .then_some(record.health.last_counted_failure)
+            .flatten();
+        evaluate_brake(
+            tx,
+            cluster,
+            fleet_failed,
+            now,
+            streak,
+            &config,
+            brake_before,
+        )
+        .await?
     } else {
         None
     };
@@ -2790,16 +2804,25 @@ async fn replica_view(
     Ok(view)
 }
 
-/// Re-evaluates the fleet's brake with this probe's outcome included.
+/// Re-evaluates the fleet's brake with this probe's outcome included. For a failure that
+/// continues the cluster's failure streak, `streak` is the streak's previous counted
+/// failure: an outcome of another cluster from before it is no evidence that the fleet
+/// answers while this cluster fails, so the window starts there at the earliest. (Without
+/// it, a healthy outcome taken just before a fleet-wide failure stays in the window until
+/// one interval later — the very moment the first clusters confirm their outage.)
 async fn evaluate_brake(
     tx: &mut Tx,
     cluster: ClusterId,
     failed: bool,
     now: Timestamp,
+    streak: Option<Timestamp>,
     config: &BrakeConfig,
     before: BrakeVerdict,
 ) -> Result<Option<BrakeAssessment>, StoreError> {
     let window_start = now.plus_millis(-config.window_millis.max(0));
+    let window_start = streak.map_or(window_start, |since| {
+        Timestamp(window_start.0.max(since.0.min(now.0)))
+    });
     // With a ratio of 1 the brake engages only when no cluster answered inside the window:
     // one that did settles that a released brake stays released, found without counting
     // the fleet (while most clusters still answer, among the first rows read). `None`:

@@ -5,6 +5,7 @@
 
 mod backends;
 mod backup;
+mod brake_onset;
 mod outbox;
 mod store;
 mod uptime;
