@@ -157,6 +157,26 @@ struct Setup {
 }
 
 impl Setup {
+    /// A vigil in `dir`, on a SQLite file there, discovering `kubeconfigs`, notifying as
+    /// `notify` says.
+    fn new(dir: tempfile::TempDir, kubeconfigs: PathBuf, notify: PathBuf) -> Self {
+        Self {
+            kubeconfigs,
+            notify,
+            database: dir.path().join("vigil.db"),
+            log: PathBuf::new(),
+            runs: 0,
+            dir,
+        }
+    }
+
+    /// Its database, opened beside it.
+    async fn store(&self) -> Store {
+        Store::open(&format!("sqlite://{}", self.database.display()))
+            .await
+            .unwrap()
+    }
+
     fn serve(&mut self) -> (Running, SocketAddr) {
         self.runs += 1;
         self.log = self.dir.path().join(format!("vigil-{}.log", self.runs));
@@ -255,18 +275,9 @@ async fn outages_and_recoveries_reach_a_signed_webhook_once_in_order_across_fail
         secret_file.display()
     );
     std::fs::write(&notify, &config).unwrap();
-    let mut setup = Setup {
-        kubeconfigs,
-        notify,
-        database: dir.path().join("vigil.db"),
-        log: PathBuf::new(),
-        runs: 0,
-        dir,
-    };
+    let mut setup = Setup::new(dir, kubeconfigs, notify);
     let (mut server, api) = setup.serve();
-    let store = Store::open(&format!("sqlite://{}", setup.database.display()))
-        .await
-        .unwrap();
+    let store = setup.store().await;
     let status_of = async |name: &str| store.cluster(name).await.unwrap().health.status;
     all_online(&store, 5, &setup.log).await;
     let now = wall_clock();
@@ -584,18 +595,9 @@ async fn an_offline_cluster_fires_in_alertmanager_past_its_resolve_timeout_and_r
         ),
     )
     .unwrap();
-    let mut setup = Setup {
-        kubeconfigs,
-        notify,
-        database: dir.path().join("vigil.db"),
-        log: PathBuf::new(),
-        runs: 0,
-        dir,
-    };
+    let mut setup = Setup::new(dir, kubeconfigs, notify);
     let (mut server, _) = setup.serve();
-    let store = Store::open(&format!("sqlite://{}", setup.database.display()))
-        .await
-        .unwrap();
+    let store = setup.store().await;
     all_online(&store, 3, &setup.log).await;
     assert!(alertmanager.active().is_empty());
 
@@ -792,18 +794,9 @@ async fn a_webhook_over_https_is_delivered_only_to_a_receiver_the_sink_trusts() 
         ),
     )
     .unwrap();
-    let mut setup = Setup {
-        kubeconfigs,
-        notify,
-        database: dir.path().join("vigil.db"),
-        log: PathBuf::new(),
-        runs: 0,
-        dir,
-    };
+    let mut setup = Setup::new(dir, kubeconfigs, notify);
     let (mut server, api) = setup.serve();
-    let store = Store::open(&format!("sqlite://{}", setup.database.display()))
-        .await
-        .unwrap();
+    let store = setup.store().await;
     all_online(&store, 2, &setup.log).await;
     fleet.get(0).unwrap().refuse().await.unwrap();
     wait_until("delivered over TLS", &setup.log, async || {
