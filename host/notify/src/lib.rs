@@ -152,14 +152,11 @@ impl Notifier {
         loop {
             let current = Arc::clone(&config.borrow_and_update());
             let mut senders = this.start(&current).await;
-            tokio::select! {
-                changed = config.changed() => {
-                    senders.shutdown().await;
-                    if changed.is_err() {
-                        return;
-                    }
-                }
-                () = async { while senders.join_next().await.is_some() {} std::future::pending::<()>().await } => {}
+            // The senders run until the configuration changes (or its sender is gone).
+            let changed = config.changed().await;
+            senders.shutdown().await;
+            if changed.is_err() {
+                return;
             }
         }
     }
@@ -207,11 +204,20 @@ impl Notifier {
                 return;
             }
         };
-        if let Err(error) = self.store.register_sink(&sink.name).await {
-            warn!(sink = %sink.name, error = %error_chain(&error), "cannot register the sink; trying again");
-        }
+        // Registered once (a write, retried until it succeeds), then only read and moved.
+        let mut registered = false;
         let mut next_refresh = tokio::time::Instant::now();
         loop {
+            if !registered {
+                match self.store.register_sink(&sink.name).await {
+                    Ok(_) => registered = true,
+                    Err(error) => {
+                        warn!(sink = %sink.name, error = %error_chain(&error), "cannot register the sink; trying again");
+                        tokio::time::sleep(POLL * 4).await;
+                        continue;
+                    }
+                }
+            }
             match self.step(config, sink, &tls, &mut next_refresh).await {
                 Ok(true) => {}
                 Ok(false) => tokio::time::sleep(POLL).await,
@@ -238,8 +244,6 @@ impl Notifier {
         {
             return Ok(false);
         }
-        // A sink registered while the database was down is registered now.
-        self.store.register_sink(&sink.name).await?;
         if let SinkKind::Alertmanager {
             urls,
             repeat_interval,
