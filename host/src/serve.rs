@@ -621,24 +621,6 @@ async fn reload_tokens_on_hangup(access: Access, token: Option<String>, file: Pa
     }
 }
 
-/// How often notifications every sink was sent (or older than the history) are deleted.
-const OUTBOX_PRUNE_EVERY: Duration = Duration::from_secs(600);
-
-/// Deletes the notifications no sink waits for, and those older than the history's
-/// retention, every [`OUTBOX_PRUNE_EVERY`].
-async fn prune_outbox_loop(store: Store, retention_days: u32) {
-    let mut every = tokio::time::interval(OUTBOX_PRUNE_EVERY);
-    loop {
-        every.tick().await;
-        let before = vigil_decision::Timestamp(
-            wall_clock().0 - i64::from(retention_days) * 24 * 3600 * 1000,
-        );
-        if let Err(error) = store.prune_outbox(before).await {
-            warn!(error = %error_chain(&error), "pruning the notifications outbox failed; retrying later");
-        }
-    }
-}
-
 /// How long open API connections (event streams) may take to end after shutdown.
 const API_DRAIN: Duration = Duration::from_secs(2);
 
@@ -798,10 +780,6 @@ async fn run<P: Prober>(
             )),
         )
     });
-    let outbox_pruning = tokio::spawn(prune_outbox_loop(
-        store.clone(),
-        config.history_retention_days,
-    ));
 
     let (changed_tx, mut changed_rx) = mpsc::channel(1);
     let _watcher = match discovery::watch(&sources, DISCOVERY_DEBOUNCE, changed_tx) {
@@ -844,7 +822,6 @@ async fn run<P: Prober>(
         notifier.abort();
         reloads.abort();
     }
-    outbox_pruning.abort();
     if let Some(reloads) = token_reloads {
         reloads.abort();
     }

@@ -2,7 +2,7 @@
 //! history older than the retention is pruned at start-up and then every hour.
 //! What may and may not be pruned is the store's rule ([`Store::prune_history`]);
 //! this module only says when. Each pass first rolls the finished days up into the
-//! clusters' uptime, which outlives the history.
+//! clusters' uptime, which outlives the history; then the notifications outbox is pruned.
 
 use std::future::Future;
 use std::time::Duration;
@@ -82,6 +82,15 @@ async fn prune_once(store: &Store, days: u32) {
             retention_days = days,
             error = %error_chain(&error),
             "pruning the history failed; retrying at the next pass"
+        ),
+    }
+    // Notifications every sink was sent, and those as old as the pruned history.
+    match store.prune_outbox(before).await {
+        Ok(pruned) if pruned > 0 => info!(notifications = pruned, "notifications outbox pruned"),
+        Ok(_) => {}
+        Err(error) => warn!(
+            error = %error_chain(&error),
+            "pruning the notifications outbox failed; retrying at the next pass"
         ),
     }
 }
