@@ -393,6 +393,20 @@ pub(crate) enum CredentialsError {
     ExecCredentials(String),
 }
 
+/// What a kubeconfig user's `exec` command gave, as `credentials.exec-credential` serves
+/// it. No `Debug`: it holds a token or a key.
+#[derive(Clone)]
+pub(crate) struct ExecCredential {
+    /// The bearer token.
+    pub(crate) token: Option<String>,
+    /// The client certificate (PEM).
+    pub(crate) client_certificate: Option<Vec<u8>>,
+    /// The client certificate's private key (PEM).
+    pub(crate) client_key: Option<Vec<u8>>,
+    /// When it expires, in seconds since the Unix epoch.
+    pub(crate) expires_at: Option<u64>,
+}
+
 /// Where one piece of a served context's credentials is. No `Debug`: it may hold a key or
 /// a token, which must never reach a log line by accident.
 pub(crate) enum Material {

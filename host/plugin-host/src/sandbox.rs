@@ -511,6 +511,16 @@ impl CallState {
 
     /// `credentials.parameter`: the value of one of the cluster's plugin parameters, a
     /// credential reference resolved now.
+    /// `credentials.exec-credential`: the credential of the selected user's `exec` command.
+    pub(crate) async fn credentials_exec(
+        &mut self,
+    ) -> Result<contract::ExecCredential, CredentialsError> {
+        self.check_credentials_grant("exec-credential")?;
+        Err(CredentialsError::ExecCredentials(
+            "vigil does not run credential plugins".to_owned(),
+        ))
+    }
+
     pub(crate) async fn credentials_parameter(&mut self, name: &str) -> CredentialsResult {
         use CredentialsError as E;
         self.check_credentials_grant("parameter")?;

@@ -165,6 +165,15 @@ impl credentials::Host for CallState {
     async fn parameter(&mut self, name: String) -> Result<Vec<u8>, credentials::CredentialsError> {
         self.credentials_parameter(&name).await.map_err(Into::into)
     }
+
+    async fn exec_credential(
+        &mut self,
+    ) -> Result<credentials::IssuedCredential, credentials::CredentialsError> {
+        self.credentials_exec()
+            .await
+            .map(Into::into)
+            .map_err(Into::into)
+    }
 }
 
 impl http::Host for CallState {
@@ -214,6 +223,23 @@ impl From<contract::CredentialsError> for credentials::CredentialsError {
             E::NotFound(message) => Self::NotFound(message),
             E::Invalid(message) => Self::Invalid(message),
             E::ExecCredentials(message) => Self::ExecCredentials(message),
+        }
+    }
+}
+
+impl From<contract::ExecCredential> for credentials::IssuedCredential {
+    fn from(credential: contract::ExecCredential) -> Self {
+        let contract::ExecCredential {
+            token,
+            client_certificate,
+            client_key,
+            expires_at,
+        } = credential;
+        Self {
+            token,
+            client_certificate,
+            client_key,
+            expires_at,
         }
     }
 }
