@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The workspace root.
-fn root() -> PathBuf {
+pub(crate) fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("host/ has a parent")
@@ -21,7 +21,7 @@ fn root() -> PathBuf {
 }
 
 /// The fenced blocks of `markdown` whose info string is `lang`, in order.
-fn fenced_blocks(markdown: &str, lang: &str) -> Vec<String> {
+pub(crate) fn fenced_blocks(markdown: &str, lang: &str) -> Vec<String> {
     let mut blocks = Vec::new();
     let mut current: Option<(String, String)> = None;
     for line in markdown.lines() {
@@ -49,7 +49,7 @@ fn fenced_blocks(markdown: &str, lang: &str) -> Vec<String> {
     blocks
 }
 
-fn copy_dir(from: &Path, to: &Path) {
+pub(crate) fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).expect("mkdir");
     for entry in std::fs::read_dir(from).expect("read_dir") {
         let entry = entry.expect("entry");
