@@ -25,6 +25,7 @@ mod plugins_doc;
 mod plugins_e2e;
 mod plugins_live;
 mod process;
+mod python_plugin;
 mod reload;
 mod replicas;
 mod retention;

@@ -1,0 +1,314 @@
+//! The Python example plugin, `examples/python-http-probe`, built by componentize-py
+//! (`scripts/build-python-plugin`) and run by the real binary: `vigil plugin check`
+//! accepts it, and `vigil serve` probes loopback health URLs through it — a healthy URL is
+//! `ONLINE`, a failing condition `OFFLINE` with the value seen, and a redirect to a port its
+//! grants do not allow is answered `denied`, inconclusive, never counted against the
+//! cluster (and the other port is never dialled).
+//!
+//! Its compiled code goes through vigil's compiled-code cache in one directory under
+//! `target/` shared by these tests and kept between runs: the interpreter inside the
+//! component is compiled once per build of the component, not once per test.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use vigil_decision::ClusterStatus;
+use vigil_store::{ClusterRecord, Store};
+
+use crate::plugins_doc::root;
+use crate::process::{Running, log_lines, message, tail, vigil};
+
+const NAME: &str = "python-http-probe";
+const API_TOKEN: &str = "python-plugin-test-token-0123456789";
+
+/// The built component (and its `.toml` beside it), built once per test binary by the
+/// project's own script, which does nothing when it is up to date.
+fn component() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let output = Command::new(root().join("scripts/build-python-plugin"))
+                .env_remove("VIRTUAL_ENV")
+                .output()
+                .expect("run scripts/build-python-plugin");
+            assert!(
+                output.status.success(),
+                "scripts/build-python-plugin failed:\n{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            let path = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim());
+            assert!(path.is_file(), "{} was not built", path.display());
+            path
+        })
+        .clone()
+}
+
+/// The compiled-code cache these tests share, kept between runs.
+fn cache_dir() -> PathBuf {
+    root().join("target").join("python-plugin-cache")
+}
+
+/// A plugin directory in `dir` holding the component and its `NAME.toml`.
+fn plugin_dir(dir: &Path) -> PathBuf {
+    let plugins = dir.join("plugins.d");
+    std::fs::create_dir_all(&plugins).expect("mkdir");
+    let wasm = component();
+    std::fs::copy(&wasm, plugins.join(format!("{NAME}.wasm"))).expect("copy the plugin");
+    std::fs::copy(
+        wasm.with_extension("toml"),
+        plugins.join(format!("{NAME}.toml")),
+    )
+    .expect("copy the grants");
+    plugins
+}
+
+#[test]
+fn plugin_check_accepts_the_python_component_with_its_grants() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let plugins = plugin_dir(dir.path());
+    let output = vigil(dir.path())
+        .args(["plugin", "check", "-o", "json"])
+        .arg(plugins.join(format!("{NAME}.wasm")))
+        .env("VIGIL_CACHE_DIR", cache_dir())
+        .output()
+        .expect("run vigil plugin check");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value = serde_json::from_str(&stdout).expect("one JSON object");
+    assert_eq!(report["accepted"], true, "{report:#}");
+    let text = report.to_string();
+    for expected in [
+        "\"python-http-probe\"",
+        "\"0.1.0\"",
+        "\"https\"",
+        "vigil:plugin@0.1.0",
+    ] {
+        assert!(text.contains(expected), "{expected} missing: {report:#}");
+    }
+    assert!(text.contains("\"grants\":[\"http\"]"), "grants: {report:#}");
+}
+
+/// A loopback HTTP server answering each path with a fixed status, headers and body; it
+/// counts the connections it accepted.
+struct Health {
+    addr: SocketAddr,
+    connections: Arc<AtomicUsize>,
+}
+
+impl Health {
+    fn start(routes: Vec<(&'static str, u16, String, &'static str)>) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("address");
+        let connections = Arc::new(AtomicUsize::new(0));
+        let accepted = Arc::clone(&connections);
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                accepted.fetch_add(1, Ordering::SeqCst);
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
+                    head.push(byte[0]);
+                }
+                let head = String::from_utf8_lossy(&head);
+                let path = head.split_whitespace().nth(1).unwrap_or("/").to_owned();
+                let (status, headers, body) = routes
+                    .iter()
+                    .find(|(p, ..)| *p == path)
+                    .map(|(_, s, h, b)| (*s, h.clone(), *b))
+                    .unwrap_or((404, String::new(), "not found"));
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 {status} X\r\ncontent-length: {}\r\nconnection: close\r\n{headers}\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        Self { addr, connections }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+}
+
+/// One request to vigil's API with the token; the status and the body.
+fn api(address: &str, method: &str, path: &str, body: Option<Value>) -> (u16, String) {
+    let mut stream = TcpStream::connect(address).expect("connect to the API");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {API_TOKEN}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("write");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("read");
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+async fn wait_for(
+    store: &Store,
+    log: &Path,
+    name: &str,
+    what: &str,
+    check: impl Fn(&ClusterRecord) -> bool,
+) -> ClusterRecord {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let cluster = store.cluster(name).await.expect("the cluster");
+        if check(&cluster) {
+            return cluster;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name} never became {what}; now {:?} last {:?} ({:?}: {:?})\n{}",
+            cluster.health.status,
+            cluster.last_outcome,
+            cluster.last_reason_class,
+            cluster.last_reason,
+            tail(log)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vigil_serve_probes_through_the_python_plugin_and_its_egress_stays_in_its_grant() {
+    // Not in the plugin's grants: the cluster's reference names another port.
+    let elsewhere = Health::start(vec![("/healthz", 200, String::new(), "ok")]);
+    let health = Health::start(vec![
+        ("/healthz", 200, String::new(), "ok: all checks passed"),
+        ("/down", 503, String::new(), "maintenance"),
+        (
+            "/moved",
+            302,
+            format!("location: {}\r\n", elsewhere.url("/healthz")),
+            "",
+        ),
+    ]);
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let plugins = plugin_dir(dir.path());
+    let log = dir.path().join("vigil.log");
+    let mut child = vigil(dir.path())
+        .arg("serve")
+        .env("VIGIL_PLUGIN_DIR", &plugins)
+        .env("VIGIL_CACHE_DIR", cache_dir())
+        .env("VIGIL_API_TOKEN", API_TOKEN)
+        .env("KUBECONFIG_DIR", dir.path().join("no-kubeconfigs"))
+        .env("CLUSTER_HEALTH_INTERVAL", "1")
+        .env("CLUSTER_HEALTH_TIMEOUT", "5")
+        .env("CLUSTER_HEALTH_FAILURE_THRESHOLD", "2")
+        .env("VIGIL_LOG_FORMAT", "json")
+        .stderr(std::fs::File::create(&log).expect("log file"))
+        .spawn()
+        .map(Running)
+        .expect("start vigil serve");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let address = loop {
+        let lines = log_lines(&log);
+        if let Some(line) = lines.iter().find(|l| message(l) == "REST API listening") {
+            break line["fields"]["listen"]
+                .as_str()
+                .expect("listen")
+                .to_owned();
+        }
+        if let Some(status) = child.try_wait().expect("wait") {
+            panic!("vigil exited with {status:?}:\n{}", tail(&log));
+        }
+        assert!(Instant::now() < deadline, "never listened:\n{}", tail(&log));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let store = Store::open(&format!(
+        "sqlite://{}",
+        dir.path().join("vigil.db").display()
+    ))
+    .await
+    .expect("the database");
+
+    for (name, path, parameters) in [
+        (
+            "up",
+            "/healthz",
+            json!({ "body-contains": "checks passed" }),
+        ),
+        ("down", "/down", json!({ "body-contains": "ok" })),
+        ("redirected", "/moved", json!({})),
+    ] {
+        let cluster = json!({
+            "name": name,
+            "endpoint": format!("http://{}", health.addr),
+            "kubeconfig_secret_ref": health.url(path),
+            "plugin": NAME,
+            "parameters": parameters,
+        });
+        let (status, body) = api(&address, "POST", "/api/v1/clusters", Some(cluster));
+        assert_eq!(status, 201, "{name}: {body}");
+    }
+
+    let up = wait_for(&store, &log, "up", "ONLINE", |c| {
+        c.health.status == ClusterStatus::Online
+    })
+    .await;
+    assert_eq!(
+        up.last_probed_by.as_ref().map(|p| p.plugin.as_str()),
+        Some(NAME)
+    );
+
+    // Both conditions fail, each named with what was seen (the body never quoted).
+    let down = wait_for(&store, &log, "down", "OFFLINE", |c| {
+        c.health.status == ClusterStatus::Offline
+    })
+    .await;
+    assert_eq!(down.last_reason_class.as_deref(), Some("server-error"));
+    let reason = down.last_reason.clone().unwrap_or_default();
+    assert!(reason.contains("status 503, expected 200"), "{reason}");
+    assert!(
+        reason.contains("the body (11 bytes) does not contain 'ok'"),
+        "{reason}"
+    );
+    assert!(!reason.contains("maintenance"), "{reason}");
+
+    // The redirect's request is denied by vigil: inconclusive, the cluster's status and
+    // failures untouched, and the other port never dialled.
+    let redirected = wait_for(&store, &log, "redirected", "inconclusive twice", |c| {
+        c.health.consecutive_inconclusive >= 2
+    })
+    .await;
+    assert_eq!(redirected.last_outcome.as_deref(), Some("inconclusive"));
+    assert_eq!(redirected.last_reason_class.as_deref(), Some("denied"));
+    assert_eq!(redirected.health.status, ClusterStatus::Unknown);
+    assert_eq!(redirected.health.consecutive_failures, 0);
+    assert_eq!(elsewhere.connections.load(Ordering::SeqCst), 0);
+    assert!(health.connections.load(Ordering::SeqCst) >= 4);
+
+    store.close().await;
+    crate::process::sigterm(&child);
+    let status = crate::process::wait_exit(&mut child, Duration::from_secs(15));
+    assert!(status.success(), "exit {status:?}\n{}", tail(&log));
+}
