@@ -110,7 +110,10 @@ pub(crate) fn compile(
     bytes: &[u8],
 ) -> wasmtime::Result<(Component, CacheStatus)> {
     let Some(cache) = cache else {
-        return Ok((Component::new(engine, bytes)?, CacheStatus::Disabled));
+        return Ok((
+            crate::engine::compile_component(engine, bytes)?,
+            CacheStatus::Disabled,
+        ));
     };
     let key = CodeCache::key(engine, bytes);
     let status = match cache.lookup(engine, &key) {
@@ -118,10 +121,13 @@ pub(crate) fn compile(
         Lookup::Absent => CacheStatus::Miss,
         Lookup::Discarded => CacheStatus::Recompiled,
         Lookup::Untrusted => {
-            return Ok((Component::new(engine, bytes)?, CacheStatus::Disabled));
+            return Ok((
+                crate::engine::compile_component(engine, bytes)?,
+                CacheStatus::Disabled,
+            ));
         }
     };
-    let component = Component::new(engine, bytes)?;
+    let component = crate::engine::compile_component(engine, bytes)?;
     let status = match component.serialize() {
         Ok(artifact) => match cache.store(&key, &artifact) {
             Ok(()) => status,

@@ -1,10 +1,12 @@
-//! The one wasmtime `Engine` of the process and its epoch ticker.
+//! The one wasmtime `Engine` of the process, its epoch ticker, and compiling a component
+//! for it (a component that does not fit the instance pool is refused naming the limit).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::{JoinHandle, Thread};
 use std::time::Duration;
 
+use wasmtime::component::Component;
 use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 /// How often the epoch advances. A guest's CPU deadline is a number of these ticks, so
@@ -29,14 +31,26 @@ const MEMORY_RESERVATION_BYTES: u64 = 1 << 32;
 /// offset go unchecked too; wasmtime's default.
 const MEMORY_GUARD_BYTES: u64 = 32 << 20;
 
-/// Memories a component may have. A Rust `wasm32-wasip2` component has one.
+/// Memories a component may have. A Rust `wasm32-wasip2` component has one, and so do
+/// the components of componentize-py (Python) and componentize-js (StarlingMonkey).
 const MEMORIES_PER_COMPONENT: u32 = 2;
 
-/// Tables a component may have (the main module's plus the shims `wit-component` adds).
+/// Tables a component may have: the main module's plus the one of the shims
+/// `wit-component` adds (two in Rust, Python and JavaScript components alike).
 const TABLES_PER_COMPONENT: u32 = 4;
 
-/// Core instances a component may have (the main module, the WASI adapter, shims).
-const CORE_INSTANCES_PER_COMPONENT: u32 = 16;
+/// Elements a table may have. A Rust component's largest table has a few hundred; the
+/// interpreters' are larger (componentize-py 0.25: 5,678; StarlingMonkey: 7,696); wasmtime's
+/// default. Each pool slot reserves 8 bytes an element of address space, nothing resident
+/// beyond what a call touches.
+const TABLE_ELEMENTS: usize = 20_000;
+
+/// Core instances a component may have (the main module, the WASI adapter, shims). A Rust
+/// component has 3, a StarlingMonkey one 4; componentize-py links the interpreter from 14
+/// modules (libc, libpython, its runtime, the WASI adapter and shims), one more per native
+/// extension module a plugin brings. The pool only counts core instances (their contexts
+/// are allocated per instance), so this bound costs nothing.
+const CORE_INSTANCES_PER_COMPONENT: u32 = 32;
 
 /// The bytes at the start of each linear memory that stay resident when its pool slot
 /// is released, where the kernel can tell which pages a call touched (`PAGEMAP_SCAN`,
@@ -121,6 +135,7 @@ impl SharedEngine {
             .max_core_instances_per_component(CORE_INSTANCES_PER_COMPONENT)
             .max_memories_per_component(MEMORIES_PER_COMPONENT)
             .max_tables_per_component(TABLES_PER_COMPONENT)
+            .table_elements(TABLE_ELEMENTS)
             // One memory per instance plus a few spares: Rust components have one.
             .total_memories(instances.saturating_add(4))
             .total_tables(instances.saturating_mul(TABLES_PER_COMPONENT))
@@ -226,6 +241,73 @@ impl Drop for SharedEngine {
     }
 }
 
+/// Compiles a component for the shared engine. wasmtime checks the component's structure
+/// against the pool as it compiles; a component that does not fit — more memories, tables
+/// or core instances than a component may have, a table or an initial memory larger than
+/// a slot — is refused naming vigil's limit and what the component needs, rather than in
+/// the words of wasmtime's pool configuration, which a plugin's author does not set.
+pub(crate) fn compile_component(engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Component> {
+    Component::new(engine, bytes).map_err(|error| {
+        match error
+            .chain()
+            .find_map(|cause| pool_refusal(&cause.to_string()))
+        {
+            Some(refusal) => {
+                wasmtime::Error::msg(format!("it does not fit vigil's instance pool: {refusal}"))
+            }
+            None => error,
+        }
+    })
+}
+
+/// What the component needs and what vigil allows, from one of wasmtime's refusals by
+/// the pool (their wording is wasmtime's, tested below against the pinned version).
+fn pool_refusal(message: &str) -> Option<String> {
+    // Counts are written in decimal, a memory slot's size in hexadecimal (`0x4000000`).
+    let numbers: Vec<u64> = message
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter_map(|word| match word.strip_prefix("0x") {
+            Some(hex) => u64::from_str_radix(hex, 16).ok(),
+            None => word.parse().ok(),
+        })
+        .collect();
+    let [.., need, allowed] = numbers[..] else {
+        return None;
+    };
+    let mib = |bytes: u64| bytes.div_ceil(1 << 20);
+    let refusal = if message.contains("transitively contains") {
+        let what = if message.contains("core module instances") {
+            "core instances"
+        } else if message.contains("linear memories") {
+            "memories"
+        } else if message.contains("tables") {
+            "tables"
+        } else {
+            return None;
+        };
+        format!("it needs {need} {what}; vigil allows {allowed} per component")
+    } else if message.contains("exceeds the per-instance limit") {
+        let what = if message.contains("memories") {
+            "memories"
+        } else {
+            "tables"
+        };
+        format!("a core module of it defines {need} {what}; vigil allows {allowed} per module")
+    } else if message.contains("minimum element size") {
+        format!("it needs a table of {need} elements; vigil allows {allowed} per table")
+    } else if message.contains("minimum byte size") {
+        format!(
+            "it needs {} MiB of memory to start; vigil allows {} MiB, the largest `memory-mib` \
+             of the plugins loaded",
+            mib(need),
+            mib(allowed)
+        )
+    } else {
+        return None;
+    };
+    Some(refusal)
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Instant;
@@ -282,5 +364,141 @@ mod tests {
             "{:?}",
             started.elapsed()
         );
+    }
+
+    /// `value` in LEB128, as the binary format writes sizes, counts and limits.
+    fn leb(mut value: u32) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        loop {
+            let byte = (value & 0x7f) as u8;
+            value >>= 7;
+            if value == 0 {
+                bytes.push(byte);
+                return bytes;
+            }
+            bytes.push(byte | 0x80);
+        }
+    }
+
+    /// A section: its id, its size and its contents.
+    fn section(id: u8, contents: &[u8]) -> Vec<u8> {
+        let mut bytes = vec![id];
+        bytes.extend(leb(u32::try_from(contents.len()).expect("small")));
+        bytes.extend_from_slice(contents);
+        bytes
+    }
+
+    /// A core module defining `memories` memories of `pages` pages and a table of each
+    /// size of `tables`.
+    fn module(memories: u32, pages: u32, tables: &[u32]) -> Vec<u8> {
+        let mut bytes = b"\0asm\x01\0\0\0".to_vec();
+        if !tables.is_empty() {
+            let mut contents = leb(u32::try_from(tables.len()).expect("small"));
+            for &elements in tables {
+                contents.extend([0x70, 0x00]);
+                contents.extend(leb(elements));
+            }
+            bytes.extend(section(4, &contents));
+        }
+        if memories > 0 {
+            let mut contents = leb(memories);
+            for _ in 0..memories {
+                contents.push(0x00);
+                contents.extend(leb(pages));
+            }
+            bytes.extend(section(5, &contents));
+        }
+        bytes
+    }
+
+    /// A component instantiating each of `modules` as many times as it says.
+    fn component(modules: &[(Vec<u8>, u32)]) -> Vec<u8> {
+        let mut bytes = b"\0asm\x0d\0\x01\0".to_vec();
+        for (module, _) in modules {
+            bytes.extend(section(1, module));
+        }
+        let count: u32 = modules.iter().map(|(_, times)| times).sum();
+        let mut instances = leb(count);
+        for (index, (_, times)) in modules.iter().enumerate() {
+            for _ in 0..*times {
+                instances.push(0x00);
+                instances.extend(leb(u32::try_from(index).expect("small")));
+                instances.push(0x00);
+            }
+        }
+        bytes.extend(section(2, &instances));
+        bytes
+    }
+
+    /// Compiles `component` for an engine whose largest memory cap is 64 MiB: `Ok` or
+    /// vigil's refusal.
+    fn compile(component: &[u8]) -> Result<(), String> {
+        let engine = SharedEngine::new(2, 64 << 20).expect("engine");
+        compile_component(engine.engine(), component)
+            .map(drop)
+            .map_err(|error| format!("{error:#}"))
+    }
+
+    #[test]
+    fn the_interpreters_components_fit_the_pool() {
+        // componentize-py's shape, with a few native extension modules more: one memory
+        // of 13 MiB, a table of 5,678 elements and the shims' table, 20 core instances.
+        let python = component(&[
+            (module(1, 205, &[5678]), 1),
+            (module(0, 0, &[94]), 1),
+            (module(0, 0, &[]), 18),
+        ]);
+        assert_eq!(compile(&python), Ok(()));
+        // StarlingMonkey's: one memory, a table of 7,696 elements, 4 core instances.
+        let javascript = component(&[
+            (module(1, 40, &[7696]), 1),
+            (module(0, 0, &[32]), 1),
+            (module(0, 0, &[]), 2),
+        ]);
+        assert_eq!(compile(&javascript), Ok(()));
+    }
+
+    #[test]
+    fn a_component_past_a_limit_is_refused_naming_the_limit_and_its_need() {
+        let check = |component: Vec<u8>, expected: &str| {
+            let refusal = compile(&component).expect_err("refused");
+            assert!(
+                refusal.contains(&format!(
+                    "it does not fit vigil's instance pool: {expected}"
+                )),
+                "{refusal}"
+            );
+        };
+        check(
+            component(&[(module(1, 1, &[]), 3)]),
+            "it needs 3 memories; vigil allows 2 per component",
+        );
+        check(
+            component(&[(module(0, 0, &[1]), 5)]),
+            "it needs 5 tables; vigil allows 4 per component",
+        );
+        check(
+            component(&[(module(0, 0, &[]), 33)]),
+            "it needs 33 core instances; vigil allows 32 per component",
+        );
+        check(
+            component(&[(module(0, 0, &[30_000]), 1)]),
+            "it needs a table of 30000 elements; vigil allows 20000 per table",
+        );
+        check(
+            component(&[(module(2, 1, &[]), 1)]),
+            "a core module of it defines 2 memories; vigil allows 1 per module",
+        );
+        check(
+            component(&[(module(1, 2048, &[]), 1)]),
+            "it needs 128 MiB of memory to start; vigil allows 64 MiB",
+        );
+    }
+
+    #[test]
+    fn other_refusals_are_wasmtime_s_own() {
+        assert_eq!(pool_refusal("failed to parse WebAssembly module"), None);
+        let refusal = compile(b"\0asm\x0d\0\x01\0\x01").expect_err("refused");
+        assert!(!refusal.contains("instance pool"), "{refusal}");
     }
 }
