@@ -452,6 +452,10 @@ pub struct DiscoverArgs {
     /// Where kubeconfigs and the database are.
     #[command(flatten)]
     pub sources: SourceArgs,
+
+    /// Kubeconfig users' exec commands: the preview says whether each would run.
+    #[command(flatten)]
+    pub exec: ExecArgs,
 }
 
 /// How a command prints its result.
@@ -740,6 +744,93 @@ pub struct PluginArgs {
     pub probation_max_inconclusive: f64,
 }
 
+/// Whether and how vigil runs kubeconfig users' `exec` credential commands (`aws eks
+/// get-token`, `gke-gcloud-auth-plugin`, `kubelogin`…) for the plugins granted
+/// `exec-credentials`.
+#[derive(Debug, Clone, Args)]
+pub struct ExecArgs {
+    /// The commands vigil may run, `:`-separated absolute paths: a command runs only if
+    /// its real path (every link followed) is one of them, as written [default: none, and
+    /// exec users are not probeable].
+    #[arg(
+        long = "exec-allow",
+        env = "VIGIL_EXEC_ALLOW",
+        value_name = "VIGIL_EXEC_ALLOW",
+        value_delimiter = ':'
+    )]
+    pub allow: Vec<PathBuf>,
+
+    /// Variables of vigil's own environment handed to every command, comma-separated
+    /// (e.g. AWS_ROLE_ARN,AWS_WEB_IDENTITY_TOKEN_FILE for IRSA). Commands get nothing else
+    /// of it but PATH=/usr/local/bin:/usr/bin:/bin and HOME; never DATABASE_URL or a
+    /// VIGIL_ variable.
+    #[arg(
+        long = "exec-env",
+        env = "VIGIL_EXEC_ENV",
+        value_name = "VIGIL_EXEC_ENV",
+        value_delimiter = ','
+    )]
+    pub env: Vec<String>,
+
+    /// Whether kubeconfigs read from Kubernetes Secrets may run their exec command
+    /// (whoever writes the Secret chooses the command's arguments).
+    #[arg(
+        long = "exec-from-secrets",
+        env = "VIGIL_EXEC_FROM_SECRETS",
+        value_name = "VIGIL_EXEC_FROM_SECRETS",
+        default_value_t = false,
+        action = clap::ArgAction::Set
+    )]
+    pub from_secrets: bool,
+
+    /// How long a command may run before it and everything it started are killed.
+    #[arg(
+        long = "exec-timeout",
+        env = "VIGIL_EXEC_TIMEOUT",
+        value_name = "VIGIL_EXEC_TIMEOUT",
+        default_value = "10s",
+        value_parser = humantime::parse_duration
+    )]
+    pub timeout: Duration,
+
+    /// How many commands may run at once.
+    #[arg(
+        long = "exec-max-concurrent",
+        env = "VIGIL_EXEC_MAX_CONCURRENT",
+        value_name = "VIGIL_EXEC_MAX_CONCURRENT",
+        default_value_t = 4,
+        value_parser = clap::value_parser!(u16).range(1..)
+    )]
+    pub max_concurrent: u16,
+}
+
+impl ExecArgs {
+    /// The settings, checked (a relative allowed path, or a variable vigil keeps for
+    /// itself, is refused naming the variable).
+    pub fn settings(&self) -> Result<vigil_plugin_host::ExecSettings, SettingError> {
+        let policy = vigil_domain::exec::ExecPolicy::new(
+            self.allow.clone(),
+            self.env.clone(),
+            self.from_secrets,
+        )
+        .map_err(|error| SettingError {
+            variable: error.variable,
+            value: match error.variable {
+                "VIGIL_EXEC_ENV" => self.env.join(","),
+                _ => std::env::join_paths(&self.allow)
+                    .map(|joined| joined.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+            },
+            reason: error.reason,
+        })?;
+        Ok(vigil_plugin_host::ExecSettings {
+            policy,
+            timeout: self.timeout,
+            max_concurrent: usize::from(self.max_concurrent),
+        })
+    }
+}
+
 /// What plugins may read and where their compiled code goes: the settings `vigil serve`
 /// and `vigil plugin check` share.
 #[derive(Debug, Clone, Args)]
@@ -767,6 +858,10 @@ pub struct PluginAccessArgs {
         value_parser = vigil_domain::address_rule::AddressRule::parse
     )]
     pub registration_allow: Option<vigil_domain::address_rule::AddressRule>,
+
+    /// Kubeconfig users' exec commands.
+    #[command(flatten)]
+    pub exec: ExecArgs,
 
     /// Where compiled plugins are cached [default: $XDG_CACHE_HOME/vigil, else ~/.cache/vigil].
     #[arg(
@@ -817,6 +912,7 @@ impl PluginArgs {
                 .map(vigil_domain::discovery::absolute)
                 .collect(),
             registration_allow: self.access.registration_allow.clone().unwrap_or_default(),
+            exec: self.access.exec.settings()?,
             probation: ProbationPolicy {
                 probes: self.probation_probes,
                 max_inconclusive_ratio: self.probation_max_inconclusive,

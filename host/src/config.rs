@@ -32,6 +32,8 @@ pub struct PluginConfig {
     pub credential_dirs: Vec<PathBuf>,
     /// Where clusters may point vigil (`VIGIL_REGISTRATION_ALLOW`).
     pub registration_allow: vigil_domain::address_rule::AddressRule,
+    /// How kubeconfig users' exec commands run.
+    pub exec: vigil_plugin_host::ExecSettings,
     /// How a replaced plugin's new generation is judged.
     pub probation: ProbationPolicy,
     /// Where the Secrets of `secret://` references are read.

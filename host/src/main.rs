@@ -502,6 +502,7 @@ fn plugin_check(args: &PluginCheckArgs) -> Exit {
             credential_dirs: credential_roots(&discovery_settings, &plugins.credential_dirs),
             management: plugins.management.clone(),
             registration_allow: plugins.registration_allow.clone(),
+            exec: plugins.exec.clone(),
         };
         let checked = match vigil::plugin_check::check(&args.file, &settings, dir).await {
             Ok(checked) => checked,
@@ -758,10 +759,15 @@ fn discover(args: &DiscoverArgs) -> Exit {
         Ok(runtime) => runtime,
         Err(exit) => return exit,
     };
+    let exec = match args.exec.settings() {
+        Ok(settings) => settings.policy,
+        Err(error) => return Exit::Settings(error.to_string()),
+    };
     let planned = runtime.block_on(preview(
         &sources,
         &args.sources.database_url,
         database_path.as_deref(),
+        &exec,
         wall_clock(),
     ));
     match planned {

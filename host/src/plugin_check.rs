@@ -31,6 +31,8 @@ pub struct CheckSettings {
     pub management: vigil_domain::secrets::ManagementCluster,
     /// Where plugins may connect to clusters (`VIGIL_REGISTRATION_ALLOW`).
     pub registration_allow: vigil_domain::address_rule::AddressRule,
+    /// How kubeconfig users' exec commands run.
+    pub exec: vigil_plugin_host::ExecSettings,
 }
 
 /// Why a check could not be made, or its verdict that the file is refused.
@@ -147,6 +149,7 @@ pub async fn check(
         credential_dirs: settings.credential_dirs.clone(),
         secrets: Some(vigil_domain::secrets::connect(&settings.management).await),
         registration_allow: settings.registration_allow.clone(),
+        exec: settings.exec.clone(),
     };
     let (runtime, mut report) = PluginRuntime::load(&runtime_settings).await?;
     if let Some(refused) = report.refused.pop() {

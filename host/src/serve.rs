@@ -315,6 +315,7 @@ pub async fn load_plugins(
         // `secret://` clusters not probeable, never stops the engine.
         secrets: Some(secrets::connect(&plugins.management).await),
         registration_allow: plugins.registration_allow.clone(),
+        exec: plugins.exec.clone(),
     };
     let (runtime, report) = PluginRuntime::load(&settings).await?;
     runtime.set_probation(plugins.probation);

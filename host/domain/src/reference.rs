@@ -21,6 +21,7 @@ use vigil_decision::ReasonClass;
 use vigil_kubeconfig_rules::{data, path as kubeconfig_path};
 
 use crate::discovery::{self, SourceProblem};
+use crate::exec::ExecSpec;
 
 pub use vigil_kubeconfig_rules::reference::{DEFAULT_SECRET_KEY, Reference, ReferenceError};
 
@@ -120,6 +121,8 @@ pub struct ConnectionMaterial {
     pub client_key: Option<Material>,
     /// The bearer token (a token file is re-read at each use: projected tokens rotate).
     pub token: Option<Material>,
+    /// The user's `exec` section, when its credentials come from a command.
+    pub exec: Option<Box<ExecSpec>>,
     /// The kubeconfig as `credentials.kubeconfig` serves it to plugins: the selected
     /// context alone, with its cluster and user entries, as vigil read them, rendered as
     /// JSON.
@@ -175,6 +178,9 @@ impl Resolution {
                 }
                 if let Some(token) = &material.token {
                     parts.push(format!("bearer token {}", token.describe()));
+                }
+                if let Some(exec) = &material.exec {
+                    parts.push(format!("exec command {:?}", exec.command));
                 }
                 if parts.is_empty() {
                     parts.push("no credentials (anonymous)".to_owned());
@@ -361,25 +367,23 @@ fn resolve_config(
     };
     let owner = format!("user {user_name:?} of context {context_name:?}");
 
-    // Credential plugins decide before anything else: kubectl would run them, vigil does not
-    // (running them is not supported yet), so file problems are beside the point.
-    if let Some(exec) = &user.exec {
-        let command = exec
-            .command
-            .as_deref()
-            .map(Path::new)
-            .and_then(Path::file_name)
-            .map_or_else(
-                || "(none)".to_owned(),
-                |name| name.to_string_lossy().into_owned(),
-            );
-        return Err(NotProbeable {
-            class: ReasonClass::ExecCredentials,
-            message: format!(
-                "{owner} gets its credentials from the exec plugin {command:?}; vigil does not run credential plugins"
-            ),
-        });
-    }
+    // A credential plugin the host may run (exec) is described for it; whether it may
+    // run is the plugin runtime's to decide (`crate::exec::ExecPolicy`). Auth providers
+    // are gone from kubectl and never run.
+    let exec = match &user.exec {
+        Some(exec) => {
+            let dir = match origin {
+                Origin::File(path) => Some(path.parent().unwrap_or(Path::new("/"))),
+                Origin::Secret => None,
+            };
+            let spec = ExecSpec::read(exec, parts.cluster, dir).map_err(|why| NotProbeable {
+                class: ReasonClass::ExecCredentials,
+                message: format!("{owner}: {why}"),
+            })?;
+            Some(Box::new(spec))
+        }
+        None => None,
+    };
     if let Some(provider) = &user.auth_provider {
         return Err(NotProbeable {
             class: ReasonClass::ExecCredentials,
@@ -474,6 +478,7 @@ fn resolve_config(
         client_certificate,
         client_key,
         token,
+        exec,
     })
 }
 

@@ -8,12 +8,14 @@
 //! every context would then be inserted.
 
 use std::collections::HashMap;
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 use vigil_decision::Timestamp;
 
 use vigil_domain::discovery::{self, DiscoveryReport, Sources};
+use vigil_domain::exec::ExecPolicy;
 use vigil_domain::reference::{self, Reference, Resolution};
 use vigil_store::{
     DiscoveredClusterRow, ExistingDatabase, FieldChange, Store, StoreError, UpsertSummary,
@@ -209,25 +211,38 @@ pub struct PreviewSummary {
 /// Reads `sources` and plans their upsert against the database at `database_url`
 /// (`database_path` is its file, `None` for an in-memory database), as of `now`.
 /// Never writes, never creates the database.
+///
+/// A context whose user runs an `exec` command is judged by `exec` as the engine would:
+/// probeable only if the command would run, else why not (the plugin's
+/// `exec-credentials` grant is checked when it probes).
 pub async fn preview(
     sources: &Sources,
     database_url: &str,
     database_path: Option<&Path>,
+    exec: &ExecPolicy,
     now: Timestamp,
 ) -> Result<DiscoveryPreview, PreviewError> {
     let scan = {
         let sources = sources.clone();
+        let exec = exec.clone();
         tokio::task::spawn_blocking(move || {
             let report = discovery::discover(&sources);
-            let resolutions: Vec<Resolution> = report
+            let path_var = std::env::var_os("PATH");
+            let resolutions: Vec<Probeability> = report
                 .clusters
                 .iter()
                 .map(|c| match Reference::parse(&c.reference) {
-                    Ok(reference) => reference::resolve(&reference),
-                    Err(error) => Resolution::NotProbeable {
-                        class: vigil_decision::ReasonClass::ReferenceBroken,
-                        message: error.to_string(),
-                    },
+                    Ok(reference) => {
+                        judge(&reference::resolve(&reference), &exec, path_var.as_deref())
+                    }
+                    Err(error) => judge(
+                        &Resolution::NotProbeable {
+                            class: vigil_decision::ReasonClass::ReferenceBroken,
+                            message: error.to_string(),
+                        },
+                        &exec,
+                        None,
+                    ),
                 })
                 .collect();
             (report, resolutions)
@@ -304,6 +319,48 @@ pub async fn preview(
     ))
 }
 
+/// Whether a context can be probed, and the line that says why.
+struct Probeability {
+    probeable: bool,
+    described: String,
+}
+
+/// `resolution` judged as the engine would, its `exec` command (if any) by `exec`.
+fn judge(resolution: &Resolution, exec: &ExecPolicy, path_var: Option<&OsStr>) -> Probeability {
+    if let Resolution::Connection(material) = resolution
+        && let Some(spec) = material.exec.as_deref()
+    {
+        let owner = format!(
+            "kubeconfig {}: user {:?} of context {:?}",
+            material.kubeconfig.display(),
+            material.user.as_deref().unwrap_or_default(),
+            material.context
+        );
+        return match exec.admit(spec, path_var) {
+            Ok(admitted) => Probeability {
+                probeable: true,
+                described: format!(
+                    "{}; exec command {} allowed by VIGIL_EXEC_ALLOW (for plugins granted exec-credentials)",
+                    resolution.describe(),
+                    admitted.program.display()
+                ),
+            },
+            Err(why) => Probeability {
+                probeable: false,
+                described: Resolution::NotProbeable {
+                    class: vigil_decision::ReasonClass::ExecCredentials,
+                    message: format!("{owner}: {why}"),
+                }
+                .describe(),
+            },
+        };
+    }
+    Probeability {
+        probeable: !matches!(resolution, Resolution::NotProbeable { .. }),
+        described: resolution.describe(),
+    }
+}
+
 /// The plan on an empty database: every context is new.
 fn all_inserted(rows: &[DiscoveredClusterRow]) -> UpsertSummary {
     UpsertSummary {
@@ -316,7 +373,7 @@ fn assemble(
     sources: &Sources,
     database: PreviewDatabase,
     report: &DiscoveryReport,
-    resolutions: &[Resolution],
+    resolutions: &[Probeability],
     mut summary: UpsertSummary,
 ) -> DiscoveryPreview {
     let mut actions: HashMap<&str, PlannedAction> = HashMap::new();
@@ -355,8 +412,8 @@ fn assemble(
             endpoint: cluster.endpoint.clone(),
             source_file: cluster.source_file.display().to_string(),
             reference: cluster.reference.clone(),
-            probeable: !matches!(resolution, Resolution::NotProbeable { .. }),
-            probeability: resolution.describe(),
+            probeable: resolution.probeable,
+            probeability: resolution.described.clone(),
         })
         .collect();
     DiscoveryPreview {

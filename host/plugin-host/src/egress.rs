@@ -783,6 +783,16 @@ impl Egress {
         self.hold("a credential of the kubeconfig".to_owned(), bytes, bound);
     }
 
+    /// A credential an `exec` command gave for `material`'s user: it goes to that
+    /// context's server only.
+    pub(crate) fn hold_exec_credential(&mut self, material: &ConnectionMaterial, bytes: &[u8]) {
+        self.hold(
+            "the exec credential".to_owned(),
+            bytes,
+            material_binding(material),
+        );
+    }
+
     /// A credential parameter's value served to the plugin (`credentials.parameter`),
     /// bound to the hosts the plugin's `credential-hosts` names for its source.
     pub(crate) fn hold_parameter(
@@ -1907,6 +1917,7 @@ mod tests {
                 b"kube-t0ken-abcdef\n".to_vec(),
             ))),
             served_kubeconfig: SecretBytes::new(Vec::new()),
+            exec: None,
         };
         let bound = material_binding(&material);
         let token = [HeldCredential {

@@ -31,6 +31,7 @@ mod contract;
 mod egress;
 mod engine;
 mod event;
+mod exec;
 mod manifest;
 mod outcome;
 mod plugin_dir;
@@ -76,6 +77,7 @@ pub use self::egress::{
 };
 pub use self::engine::TICKER_LINGER;
 pub use self::event::PluginEvent;
+pub use self::exec::ExecSettings;
 pub use self::manifest::{DEFAULT_MEMORY_MIB, MAX_MEMORY_MIB, Manifest};
 pub use self::outcome::{MAX_DETAIL_BYTES, MAX_DETAILS, MAX_MESSAGE_BYTES};
 pub use self::sandbox::{
@@ -131,6 +133,9 @@ pub struct RuntimeSettings {
     /// Where clusters may point vigil (`VIGIL_REGISTRATION_ALLOW`): every connection to a
     /// cluster address is checked against it, after name resolution.
     pub registration_allow: AddressRule,
+    /// How kubeconfig users' `exec` commands run (`VIGIL_EXEC_ALLOW`, `VIGIL_EXEC_ENV`,
+    /// `VIGIL_EXEC_FROM_SECRETS`…); by default none does.
+    pub exec: ExecSettings,
 }
 
 /// Why the runtime could not start at all (a single bad plugin never is one).
@@ -546,6 +551,7 @@ struct Inner {
     kubeconfigs: Arc<KnownKubeconfigs>,
     secrets: Option<Arc<dyn SecretSource>>,
     address_rule: Arc<AddressRule>,
+    exec: Arc<exec::ExecRunner>,
     engine: SharedEngine,
 }
 
@@ -636,6 +642,7 @@ impl PluginRuntime {
                 kubeconfigs: Arc::default(),
                 secrets: settings.secrets.clone(),
                 address_rule: Arc::new(settings.registration_allow.clone()),
+                exec: Arc::new(exec::ExecRunner::new(settings.exec.clone())),
                 engine,
             }),
         };
@@ -1204,12 +1211,42 @@ impl PluginRuntime {
         }
     }
 
+    /// For a kubeconfig file whose user runs an `exec` command: why the command will not
+    /// run for `plugin` (no grant, or the operator's policy refuses it), decided before the
+    /// call as for any other reference vigil cannot use. `None` when it may run, or when
+    /// the user has no `exec` section.
+    fn exec_refused(&self, plugin: &LoadedPlugin, target: &ProbeTarget) -> Option<ProbeOutcome> {
+        let material = target.connection.as_deref()?;
+        let spec = material.exec.as_deref()?;
+        let owner = exec_owner(material);
+        let message = if plugin.manifest.exec_credentials && plugin.manifest.credentials {
+            let refusal = self.inner.exec.admit(spec).err()?;
+            format!("{owner}: {refusal}")
+        } else {
+            format!(
+                "{owner}: its credentials come from the exec command {:?}, and the plugin {} is not granted exec-credentials (in its NAME.toml)",
+                spec.command_name(),
+                plugin.name
+            )
+        };
+        Some(ProbeOutcome::NotProbeable {
+            class: ReasonClass::ExecCredentials,
+            message,
+        })
+    }
+
     /// Routes and probes `target`, saying which plugin generation answered.
     async fn probe_routed(&self, target: &ProbeTarget) -> Probed {
         let span = info_span!("plugin_probe", cluster = %target.name);
         async {
             match self.route(target).await {
                 Ok(plugin) => {
+                    if let Some(refused) = self.exec_refused(&plugin, target) {
+                        return Probed {
+                            outcome: refused,
+                            by: None,
+                        };
+                    }
                     let outcome = self
                         .call_probe(&plugin, target)
                         .instrument(info_span!(
@@ -1248,6 +1285,16 @@ impl Prober for PluginRuntime {
     }
 }
 
+/// How messages about an `exec` user name it: `kubeconfig PATH: user "U" of context "C"`.
+pub(crate) fn exec_owner(material: &vigil_domain::reference::ConnectionMaterial) -> String {
+    format!(
+        "kubeconfig {}: user {:?} of context {:?}",
+        material.kubeconfig.display(),
+        material.user.as_deref().unwrap_or_default(),
+        material.context
+    )
+}
+
 fn stats_of(plugin: &LoadedPlugin) -> PluginStats {
     PluginStats {
         probes: plugin.probes.load(Ordering::Relaxed),
@@ -1282,6 +1329,8 @@ struct PluginParts {
     kubeconfigs: Arc<KnownKubeconfigs>,
     secrets: Option<Arc<dyn SecretSource>>,
     address_rule: Arc<AddressRule>,
+    /// `None` for calls about no cluster.
+    exec: Option<Arc<exec::ExecRunner>>,
 }
 
 fn plugin_parts(plugin: &LoadedPlugin, inner: &Inner) -> PluginParts {
@@ -1292,6 +1341,7 @@ fn plugin_parts(plugin: &LoadedPlugin, inner: &Inner) -> PluginParts {
         kubeconfigs: Arc::clone(&inner.kubeconfigs),
         secrets: inner.secrets.clone(),
         address_rule: Arc::clone(&inner.address_rule),
+        exec: Some(Arc::clone(&inner.exec)),
     }
 }
 
@@ -1518,6 +1568,7 @@ impl Compiled {
             kubeconfigs: Arc::default(),
             secrets: None,
             address_rule: Arc::default(),
+            exec: None,
         }
     }
 

@@ -29,6 +29,11 @@ pub struct Manifest {
     /// Whether the plugin may read the credentials of the cluster it probes.
     #[serde(default)]
     pub credentials: bool,
+    /// Whether the plugin may have vigil run a kubeconfig user's `exec` command and read
+    /// the credential it gives (`credentials.exec-credential`; with `credentials`). The
+    /// command still runs only if the operator allows its real path (`VIGIL_EXEC_ALLOW`).
+    #[serde(default)]
+    pub exec_credentials: bool,
     /// Whether the plugin may send HTTP requests.
     #[serde(default)]
     pub http: bool,
@@ -76,6 +81,7 @@ impl Default for Manifest {
         Self {
             log: false,
             credentials: false,
+            exec_credentials: false,
             http: false,
             secret_namespaces: Vec::new(),
             allowed_hosts: Vec::new(),
@@ -93,6 +99,10 @@ impl Manifest {
         [
             ("log", self.log),
             ("credentials", self.credentials),
+            (
+                "exec-credentials",
+                self.exec_credentials && self.credentials,
+            ),
             ("http", self.http),
         ]
         .into_iter()
@@ -156,6 +166,12 @@ impl Manifest {
                 "memory-mib must be between 1 and {MAX_MEMORY_MIB}, not {}",
                 manifest.memory_mib
             ));
+        }
+        if manifest.exec_credentials && !manifest.credentials {
+            return Err(
+                "exec-credentials needs credentials = true (the command is the kubeconfig's)"
+                    .to_owned(),
+            );
         }
         for namespace in &manifest.secret_namespaces {
             // A namespace is one a `secret://` reference can name: the reference grammar

@@ -17,8 +17,10 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 use super::contract::{self, CredentialsError, KubeContext, LogLevel};
 use super::egress::{Egress, EgressPolicy};
 use super::engine::Ticking;
+use super::exec::{ExecRunner, Served};
 use super::manifest::{CredentialSource, Manifest};
-use vigil_domain::reference::{self, ConnectionMaterial, Reference, SecretBytes};
+use vigil_domain::exec::ClusterInfo;
+use vigil_domain::reference::{self, ConnectionMaterial, Material, Reference, SecretBytes};
 use vigil_domain::secrets::{SECRET_READ_TIMEOUT, SecretError, SecretSource};
 use vigil_domain::tls::TlsClients;
 
@@ -199,6 +201,12 @@ pub(crate) struct CallState {
     /// Both HTTP doors (the contract's `http` and `wasi:http`) and what went through them.
     pub(crate) egress: Egress,
     pub(crate) deadline: Instant,
+    /// Runs kubeconfig users' `exec` commands; `None` for calls about no cluster.
+    exec: Option<Arc<ExecRunner>>,
+    /// The exec credential served to this call, to forget it if the cluster refuses it.
+    exec_served: Option<Served>,
+    /// Whether a refusal of the exec credential was reported already: once per call.
+    exec_refreshed: bool,
     log_lines: u32,
     /// Keeps the epoch ticking for as long as the store lives.
     _ticking: Ticking,
@@ -230,6 +238,7 @@ impl CallState {
             kubeconfigs,
             secrets,
             address_rule,
+            exec,
         } = parts;
         let stdout = MemoryOutputPipe::new(MAX_GUEST_OUTPUT_BYTES);
         let stderr = MemoryOutputPipe::new(MAX_GUEST_OUTPUT_BYTES);
@@ -258,6 +267,9 @@ impl CallState {
             secrets,
             egress,
             deadline,
+            exec,
+            exec_served: None,
+            exec_refreshed: false,
             log_lines: 0,
             _ticking: ticking,
         }
@@ -511,14 +523,119 @@ impl CallState {
 
     /// `credentials.parameter`: the value of one of the cluster's plugin parameters, a
     /// credential reference resolved now.
-    /// `credentials.exec-credential`: the credential of the selected user's `exec` command.
+    /// `credentials.exec-credential`: the credential of the selected user's `exec` command,
+    /// run by the host when the plugin is granted `exec-credentials` and the operator's
+    /// policy admits the command; kept for later calls.
     pub(crate) async fn credentials_exec(
         &mut self,
     ) -> Result<contract::ExecCredential, CredentialsError> {
+        use CredentialsError as E;
         self.check_credentials_grant("exec-credential")?;
-        Err(CredentialsError::ExecCredentials(
-            "vigil does not run credential plugins".to_owned(),
-        ))
+        let material = match self.serve_file_material(|material| material.clone())? {
+            Some(material) => material,
+            None => {
+                let (_, resolved) = self
+                    .read_secret_kubeconfig("credentials.exec-credential")
+                    .await?;
+                match resolved {
+                    Ok(material) => {
+                        self.egress.serve_material(&material);
+                        material
+                    }
+                    Err((ReasonClass::ExecCredentials, message)) => {
+                        return Err(E::ExecCredentials(message));
+                    }
+                    Err((_, message)) => return Err(E::Invalid(message)),
+                }
+            }
+        };
+        let owner = crate::exec_owner(&material);
+        let Some(spec) = material.exec.as_deref() else {
+            return Err(E::NotFound(format!(
+                "{owner}: the user has no exec section"
+            )));
+        };
+        if !self.manifest.exec_credentials {
+            self.egress.refused(
+                "credentials.exec-credential denied: exec-credentials is not granted",
+                &spec.command_name(),
+            );
+            return Err(E::ExecCredentials(format!(
+                "{owner}: its credentials come from the exec command {:?}, and the plugin {} is not granted exec-credentials (in its NAME.toml)",
+                spec.command_name(),
+                self.plugin
+            )));
+        }
+        let Some(runner) = self.exec.clone() else {
+            return Err(E::NotFound("this call is about no cluster".to_owned()));
+        };
+        let admitted = runner
+            .admit(spec)
+            .map_err(|refusal| E::ExecCredentials(format!("{owner}: {refusal}")))?;
+        let cluster = exec_cluster_info(&material, self.remaining()).await?;
+        let key = ExecRunner::key(&self.plugin, spec, &cluster);
+        let asked = spec.provide_cluster_info.then_some(cluster);
+        let credential = runner
+            .credential(key, spec, admitted, asked, self.remaining())
+            .await
+            .map_err(|why| E::ExecCredentials(format!("{owner}: {why}")))?;
+        // The credential goes to the cluster's server only, as the kubeconfig's own would.
+        for secret in [
+            credential.token.as_deref().map(str::as_bytes),
+            credential.client_key.as_deref(),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            self.egress.hold_exec_credential(&material, secret);
+        }
+        self.exec_served = Some(Served {
+            key,
+            credential: credential.clone(),
+        });
+        Ok(contract::ExecCredential {
+            token: credential.token,
+            client_certificate: credential.client_certificate,
+            client_key: credential.client_key,
+            expires_at: credential.expires_at.and_then(|at| u64::try_from(at).ok()),
+        })
+    }
+
+    /// Whether `request` carries the exec credential served to this call.
+    pub(crate) fn carries_exec_credential(&self, request: &contract::HttpRequest) -> bool {
+        let Some(served) = &self.exec_served else {
+            return false;
+        };
+        let token = served.credential.token.as_deref().is_some_and(|token| {
+            request.headers.iter().any(|(name, value)| {
+                name.eq_ignore_ascii_case("authorization") && value.contains(token)
+            })
+        });
+        let certificate = served
+            .credential
+            .client_certificate
+            .as_deref()
+            .is_some_and(|pem| {
+                request
+                    .tls
+                    .as_ref()
+                    .and_then(|tls| tls.client_certificate_pem.as_deref())
+                    == Some(pem)
+            });
+        token || certificate
+    }
+
+    /// The cluster answered 401 to a request carrying the exec credential: it is
+    /// forgotten, so that the next `exec-credential` of this call (or of the next one)
+    /// runs the command again — once per call.
+    pub(crate) fn exec_credential_refused(&mut self) {
+        if self.exec_refreshed {
+            return;
+        }
+        if let (Some(runner), Some(served)) = (&self.exec, &self.exec_served) {
+            runner.refused(served);
+            self.exec_refreshed = true;
+        }
     }
 
     pub(crate) async fn credentials_parameter(&mut self, name: &str) -> CredentialsResult {
@@ -855,6 +972,31 @@ fn same_identity(_a: &std::fs::Metadata, _b: &std::fs::Metadata) -> bool {
     false
 }
 
+/// The cluster as the command is told about it (`provideClusterInfo`), the CA read
+/// from its file when the kubeconfig names one.
+async fn exec_cluster_info(
+    material: &ConnectionMaterial,
+    remaining: Duration,
+) -> Result<ClusterInfo, CredentialsError> {
+    let certificate_authority_data = match &material.ca {
+        None => None,
+        Some(Material::Inline(bytes)) => Some(bytes.expose_secret().to_vec()),
+        Some(Material::File(path)) => {
+            let rule = ReadRule {
+                not_the_file: Some(material.kubeconfig.clone()),
+                under: None,
+            };
+            Some(read_bounded(remaining, path, rule).await?)
+        }
+    };
+    Ok(ClusterInfo {
+        server: material.server.clone(),
+        tls_server_name: material.tls_server_name.clone(),
+        insecure_skip_tls_verify: material.insecure_skip_tls_verify,
+        certificate_authority_data,
+    })
+}
+
 /// What a credential file read checks on the file it opened, before reading a byte.
 #[derive(Debug, Default)]
 struct ReadRule {
@@ -1025,14 +1167,10 @@ impl KnownKubeconfigs {
 
 /// The contract's form of what the host resolved for a kubeconfig context.
 fn kube_context(material: &ConnectionMaterial) -> KubeContext {
-    let served = |material: &Option<reference::Material>| {
+    let served = |material: &Option<Material>| {
         material.as_ref().map(|material| match material {
-            reference::Material::Inline(bytes) => {
-                contract::Material::Data(bytes.expose_secret().to_vec())
-            }
-            reference::Material::File(path) => {
-                contract::Material::File(path.to_string_lossy().into_owned())
-            }
+            Material::Inline(bytes) => contract::Material::Data(bytes.expose_secret().to_vec()),
+            Material::File(path) => contract::Material::File(path.to_string_lossy().into_owned()),
         })
     };
     KubeContext {

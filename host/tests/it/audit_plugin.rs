@@ -47,6 +47,7 @@ async fn load_under(plugins: &Path, credential_dirs: Vec<PathBuf>) -> PluginRunt
         credential_dirs,
         secrets: None,
         registration_allow: Default::default(),
+        exec: Default::default(),
     })
     .await
     .expect("the runtime starts");
@@ -505,6 +506,7 @@ async fn a_plugin_over_its_memory_cap_is_a_fault_not_a_crash() {
         credential_dirs: Vec::new(),
         secrets: None,
         registration_allow: Default::default(),
+        exec: Default::default(),
     })
     .await
     .expect("the runtime starts");

@@ -106,6 +106,7 @@ async fn runtime_with(dir: &Path, credential_dirs: Vec<PathBuf>, operator: &str)
         credential_dirs,
         secrets: None,
         registration_allow: Default::default(),
+        exec: Default::default(),
     })
     .await
     .expect("the runtime starts");

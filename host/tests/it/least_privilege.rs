@@ -270,6 +270,7 @@ fn plugin_settings(plugin_dir: &Path) -> RuntimeSettings {
         credential_dirs: Vec::new(),
         secrets: None,
         registration_allow: Default::default(),
+        exec: Default::default(),
     }
 }
 

@@ -333,6 +333,7 @@ async fn http_runtime(dir: &Path, rule: &str) -> PluginRuntime {
         credential_dirs: Vec::new(),
         secrets: None,
         registration_allow: AddressRule::parse(rule).expect("rule"),
+        exec: Default::default(),
     })
     .await
     .expect("the runtime starts");
@@ -459,6 +460,7 @@ async fn a_credential_sent_through_wasi_http_goes_only_where_it_is_bound() {
                 credential_dirs: vec![credentials],
                 secrets: None,
                 registration_allow: AddressRule::default(),
+                exec: Default::default(),
             })
             .await
             .expect("the runtime starts");

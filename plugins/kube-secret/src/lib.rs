@@ -25,12 +25,11 @@
 // The export glue comes from `register!`; this crate itself needs no `unsafe`.
 #![forbid(unsafe_code)]
 
-use vigil_plugin_sdk::apiserver::probe_selection;
+use vigil_plugin_sdk::apiserver::probe_resolved_context;
 use vigil_plugin_sdk::credentials::CredentialsError;
 use vigil_plugin_sdk::reference::Reference;
 use vigil_plugin_sdk::{
     PluginInfo, ProbeError, ProbePlugin, ProbeReport, ProbeRequest, ReasonClass, SecretBytes,
-    credentials,
 };
 
 /// The plugin.
@@ -73,8 +72,7 @@ impl ProbePlugin for KubeSecret {
             }
         };
         let source = source(&namespace, &name, &key);
-        let selection = credentials::context().map_err(|error| error.probe_error(&source))?;
-        probe_selection(&selection, &source, no_files)
+        probe_resolved_context(&source, no_files)
     }
 }
 
@@ -101,6 +99,7 @@ fn no_files(_path: &str) -> Result<SecretBytes, CredentialsError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use vigil_plugin_sdk::apiserver::probe_selection;
 
     #[test]
     fn only_secret_references_are_accepted() {

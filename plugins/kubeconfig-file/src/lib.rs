@@ -23,15 +23,16 @@
 //! | anything else on the wire, oversized body | unhealthy `bad-response` |
 //! | request denied by vigil | inconclusive `denied` |
 //! | reference, kubeconfig, context, user or file unusable | not-probeable `reference-broken` (by vigil before the call, or by the plugin for a file it cannot read or that is not PEM) |
-//! | `exec` or `auth-provider` user | not-probeable `exec-credentials` (by vigil, before the call) |
+//! | `exec` user | the credential vigil ran the command for (`credentials.exec-credential`), a 401 retried once with a fresh one; a command vigil may not run, or that fails, is not-probeable `exec-credentials` |
+//! | `auth-provider` user | not-probeable `exec-credentials` (by vigil, before the call) |
 //!
-//! Grants (`kubeconfig-file.toml`): `credentials`, `http` (it writes no log line: vigil logs
+//! Grants (`kubeconfig-file.toml`): `credentials`, `exec-credentials`, `http` (it writes no log line: vigil logs
 //! where each request goes).
 
 // The export glue comes from `register!`; this crate itself needs no `unsafe`.
 #![forbid(unsafe_code)]
 
-use vigil_plugin_sdk::apiserver::probe_selection;
+use vigil_plugin_sdk::apiserver::probe_resolved_context;
 use vigil_plugin_sdk::reference::Reference;
 use vigil_plugin_sdk::{
     PluginInfo, ProbeError, ProbePlugin, ProbeReport, ProbeRequest, ReasonClass, credentials,
@@ -73,13 +74,7 @@ impl ProbePlugin for KubeconfigFile {
         // vigil resolved the reference's context (its `#CONTEXT`, else the file's
         // `current-context`) from the file it read for this probe; a context it cannot
         // resolve never reaches the plugin.
-        let selection = credentials::context()
-            .map_err(|error| error.probe_error(&format!("the kubeconfig {path}")))?;
-        probe_selection(
-            &selection,
-            &format!("kubeconfig {path}"),
-            credentials::read_file,
-        )
+        probe_resolved_context(&format!("kubeconfig {path}"), credentials::read_file)
     }
 }
 

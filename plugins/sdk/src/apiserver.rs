@@ -55,6 +55,56 @@ pub fn probe_selection(
     health_outcome(server.get(HEALTH_PATH, None))
 }
 
+/// The health check of [`probe_selection`] on the context vigil resolved for this probe
+/// ([`credentials::context`]), and, when its user gets its credentials from an `exec`
+/// command, with the credential vigil ran it for ([`credentials::exec_credential`]): a
+/// 401 to that credential is retried once with a fresh one (vigil runs the command again).
+/// `source` starts every message about the kubeconfig.
+pub fn probe_resolved_context(
+    source: &str,
+    read_file: impl FnMut(&str) -> Result<SecretBytes, CredentialsError>,
+) -> Result<ProbeReport, ProbeError> {
+    let selection = credentials::context().map_err(|error| error.probe_error(source))?;
+    probe_with_exec(&selection, source, read_file, credentials::exec_credential)
+}
+
+/// [`probe_resolved_context`] on `selection`, with `exec` asked for the user's `exec`
+/// credential when the selection carries none of its own (normally
+/// [`credentials::exec_credential`]; `not-found` means the user has none).
+pub fn probe_with_exec(
+    selection: &Selection,
+    source: &str,
+    mut read_file: impl FnMut(&str) -> Result<SecretBytes, CredentialsError>,
+    mut exec: impl FnMut() -> Result<credentials::ExecCredential, CredentialsError>,
+) -> Result<ProbeReport, ProbeError> {
+    let own = selection.token.is_some() || selection.client_certificate.is_some();
+    if own || selection.user.is_none() {
+        return probe_selection(selection, source, read_file);
+    }
+    let credential = match exec() {
+        Ok(credential) => credential,
+        Err(CredentialsError::NotFound(_)) => {
+            return probe_selection(selection, source, read_file);
+        }
+        Err(error) => return Err(error.probe_error(source)),
+    };
+    let report = probe_selection(
+        &selection.with_exec_credential(&credential),
+        source,
+        &mut read_file,
+    )?;
+    let refused = report
+        .details
+        .iter()
+        .any(|(key, value)| key == "status" && value == "401");
+    if !refused {
+        return Ok(report);
+    }
+    // vigil forgot the refused credential: the command runs again, once.
+    let fresh = exec().map_err(|error| error.probe_error(source))?;
+    probe_selection(&selection.with_exec_credential(&fresh), source, read_file)
+}
+
 /// A failure's message with `source: ` in front.
 fn prefixed(error: ProbeError, source: &str) -> ProbeError {
     match error {

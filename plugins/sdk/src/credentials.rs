@@ -28,7 +28,8 @@ pub fn kubeconfig() -> Result<SecretBytes, CredentialsError> {
 /// plugin. A file the context names comes as [`Material::File`] with its absolute path, for
 /// [`read_file`] (never for a Secret's kubeconfig, which must be self-contained). A Secret's
 /// context that cannot be resolved is [`CredentialsError::Invalid`], or
-/// [`CredentialsError::ExecCredentials`] for an `exec` or `auth-provider` user;
+/// [`CredentialsError::ExecCredentials`] for an `auth-provider` user. An `exec` user's
+/// context comes without credentials: ask [`exec_credential`] for them;
 /// [`CredentialsError::NotFound`] for an `http(s)://` reference.
 pub fn context() -> Result<Selection, CredentialsError> {
     imported::context().map(Selection::from)
@@ -53,6 +54,63 @@ impl From<imported::KubeContext> for Selection {
             client_certificate: material(context.client_certificate),
             client_key: material(context.client_key),
             token: material(context.token),
+        }
+    }
+}
+
+/// What the `exec` command of the selected context's user gave. `Debug` shows which
+/// credentials are set, never their values.
+#[derive(Clone)]
+pub struct ExecCredential {
+    /// The bearer token.
+    pub token: Option<SecretBytes>,
+    /// The client certificate (PEM); present exactly when `client_key` is.
+    pub client_certificate: Option<SecretBytes>,
+    /// The client certificate's private key (PEM).
+    pub client_key: Option<SecretBytes>,
+    /// When it expires, in seconds since the Unix epoch, if the command said.
+    pub expires_at: Option<u64>,
+}
+
+impl std::fmt::Debug for ExecCredential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecCredential")
+            .field("token", &self.token.is_some())
+            .field("client_certificate", &self.client_certificate.is_some())
+            .field("expires_at", &self.expires_at)
+            .finish()
+    }
+}
+
+/// The credential of the selected context's user when the user has an `exec` section
+/// (`aws eks get-token`, `gke-gcloud-auth-plugin`, `kubelogin`…): vigil runs the command
+/// itself, as kubectl does, keeps the credential until shortly before it expires, and runs
+/// the command again after the cluster answered 401 to a request that carried it. Needs
+/// `exec-credentials = true` in the plugin's `NAME.toml`, and the operator's allowing the
+/// command (`VIGIL_EXEC_ALLOW`); [`CredentialsError::ExecCredentials`] says what is missing,
+/// or why the command failed. [`CredentialsError::NotFound`] when the user has no `exec`
+/// section.
+pub fn exec_credential() -> Result<ExecCredential, CredentialsError> {
+    imported::exec_credential().map(|issued| ExecCredential {
+        token: issued
+            .token
+            .map(|token| SecretBytes::new(token.into_bytes())),
+        client_certificate: issued.client_certificate.map(SecretBytes::new),
+        client_key: issued.client_key.map(SecretBytes::new),
+        expires_at: issued.expires_at,
+    })
+}
+
+impl Selection {
+    /// This selection authenticated with `credential` (an `exec` command's): its token and
+    /// client certificate replace the selection's own.
+    pub fn with_exec_credential(&self, credential: &ExecCredential) -> Self {
+        let inline = |bytes: &Option<SecretBytes>| bytes.clone().map(Material::Inline);
+        Self {
+            token: inline(&credential.token),
+            client_certificate: inline(&credential.client_certificate),
+            client_key: inline(&credential.client_key),
+            ..self.clone()
         }
     }
 }

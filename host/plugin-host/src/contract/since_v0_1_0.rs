@@ -178,10 +178,13 @@ impl credentials::Host for CallState {
 
 impl http::Host for CallState {
     async fn send(&mut self, request: http::Request) -> Result<http::Response, http::HttpError> {
-        self.http_send(request.into())
-            .await
-            .map(Into::into)
-            .map_err(Into::into)
+        let request: contract::HttpRequest = request.into();
+        let carries = self.carries_exec_credential(&request);
+        let response = self.http_send(request).await;
+        if carries && matches!(&response, Ok(answer) if answer.status == 401) {
+            self.exec_credential_refused();
+        }
+        response.map(Into::into).map_err(Into::into)
     }
 }
 

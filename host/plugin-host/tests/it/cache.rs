@@ -43,6 +43,7 @@ async fn load(plugins: &Path, cache: Option<&Path>) -> (PluginRuntime, CacheStat
         credential_dirs: Vec::new(),
         secrets: None,
         registration_allow: Default::default(),
+        exec: Default::default(),
     })
     .await
     .expect("the runtime starts");

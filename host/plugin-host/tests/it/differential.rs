@@ -477,6 +477,7 @@ async fn the_served_context_reads_as_the_served_kubeconfig_does() {
         credential_dirs: Vec::new(),
         secrets: None,
         registration_allow: Default::default(),
+        exec: Default::default(),
     })
     .await
     .expect("the runtime starts");

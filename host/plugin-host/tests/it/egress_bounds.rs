@@ -127,6 +127,7 @@ async fn runtime(dir: &Path, server: &FloodServer) -> PluginRuntime {
         credential_dirs: vec![dir.join("credentials")],
         secrets: None,
         registration_allow: Default::default(),
+        exec: Default::default(),
     })
     .await
     .expect("the runtime starts");

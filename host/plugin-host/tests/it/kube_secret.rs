@@ -151,6 +151,7 @@ async fn load(
         credential_dirs,
         secrets,
         registration_allow: Default::default(),
+        exec: Default::default(),
     })
     .await
     .expect("the runtime starts");

@@ -51,6 +51,7 @@ async fn load_cached(dir: &Path, cache_dir: Option<&Path>) -> PluginRuntime {
         credential_dirs: Vec::new(),
         secrets: None,
         registration_allow: Default::default(),
+        exec: Default::default(),
     })
     .await
     .expect("the runtime starts");
@@ -367,6 +368,7 @@ async fn a_replacement_whose_accepts_always_fails_is_rolled_back_by_its_probatio
         credential_dirs: vec![credentials],
         secrets: None,
         registration_allow: Default::default(),
+        exec: Default::default(),
     })
     .await
     .expect("the runtime starts");

@@ -61,6 +61,7 @@ async fn load_with(
         credential_dirs,
         secrets: None,
         registration_allow: Default::default(),
+        exec: Default::default(),
     })
     .await
     .expect("the runtime starts")

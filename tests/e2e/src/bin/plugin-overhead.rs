@@ -226,6 +226,7 @@ async fn load_for(
         credential_dirs: Vec::new(),
         secrets: None,
         registration_allow: Default::default(),
+        exec: Default::default(),
     })
     .await
     .map_err(|e| e.to_string())?;

@@ -1,0 +1,863 @@
+//! Kubeconfig users whose credentials come from an `exec` command (`aws eks get-token`,
+//! `gke-gcloud-auth-plugin`, `kubelogin`…), and the operator's rules for running one.
+//!
+//! vigil speaks the `client.authentication.k8s.io` `ExecCredential` protocol as kubectl does
+//! (`v1` and `v1beta1`): the command is found as kubectl finds it, runs with its `args`, no
+//! standard input, an explicit environment and `KUBERNETES_EXEC_INFO`, and prints an
+//! `ExecCredential` whose `status` holds a bearer token or a client certificate. Running a
+//! command that a file names is how a kubeconfig becomes an attack, so a command runs only
+//! when its real path is in the operator's allow-list ([`ExecPolicy`]), and only from
+//! kubeconfigs the operator provided (a Secret's only when the operator says so).
+//!
+//! This module is the pure part: what the kubeconfig says ([`ExecSpec`]), whether it may
+//! run ([`ExecPolicy::admit`]), the environment and request it runs with, and the reading
+//! of its output ([`parse_output`]). The plugin runtime runs the process and keeps the
+//! credentials.
+
+use std::ffi::{OsStr, OsString};
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use base64::Engine as _;
+use kube::config::{Cluster, ExecConfig, ExecInteractiveMode};
+use serde::Deserialize;
+
+/// The `v1` version of the protocol.
+pub const API_V1: &str = "client.authentication.k8s.io/v1";
+/// The `v1beta1` version of the protocol.
+pub const API_V1BETA1: &str = "client.authentication.k8s.io/v1beta1";
+/// The removed `v1alpha1` version, named in its refusal.
+const API_V1ALPHA1: &str = "client.authentication.k8s.io/v1alpha1";
+
+/// The cluster extension handed to the command as `spec.cluster.config`.
+pub const CLUSTER_EXTENSION: &str = "client.authentication.k8s.io/exec";
+
+/// The most a command may print on its standard output.
+pub const MAX_OUTPUT_BYTES: usize = 1 << 20;
+
+/// The `PATH` a command runs with: the system's binaries, nothing of vigil's own.
+pub const CHILD_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// The `HOME` a command runs with when vigil itself has none.
+const FALLBACK_HOME: &str = "/";
+
+/// The environment variable of the request, as kubectl sets it.
+pub const EXEC_INFO_VARIABLE: &str = "KUBERNETES_EXEC_INFO";
+
+/// The longest piece of a command's standard error quoted in a message, in characters.
+const MAX_QUOTED_CHARS: usize = 200;
+
+/// A kubeconfig user's `exec` section, as vigil read it. `Debug` names the command and the
+/// environment variables, never their values nor the arguments (either may carry a secret).
+#[derive(Clone, PartialEq, Eq)]
+pub struct ExecSpec {
+    /// `apiVersion`, as written.
+    pub api_version: Option<String>,
+    /// `command`, as written.
+    pub command: String,
+    /// `args`.
+    pub args: Vec<String>,
+    /// `env`, in order.
+    pub env: Vec<(String, String)>,
+    /// `interactiveMode`: `Never`, `IfAvailable` or `Always`.
+    pub interactive_mode: Option<String>,
+    /// `provideClusterInfo`.
+    pub provide_cluster_info: bool,
+    /// `installHint`, quoted when the command is not found.
+    pub install_hint: Option<String>,
+    /// The cluster's `client.authentication.k8s.io/exec` extension, as JSON text.
+    pub cluster_config: Option<String>,
+    /// The directory of the kubeconfig file it was read from (a command containing `/` is
+    /// relative to it); `None` for a kubeconfig read from a Kubernetes Secret.
+    pub kubeconfig_dir: Option<PathBuf>,
+}
+
+impl fmt::Debug for ExecSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ExecSpec")
+            .field("api_version", &self.api_version)
+            .field("command", &self.command)
+            .field("args", &self.args.len())
+            .field(
+                "env",
+                &self.env.iter().map(|(name, _)| name).collect::<Vec<_>>(),
+            )
+            .field("interactive_mode", &self.interactive_mode)
+            .field("provide_cluster_info", &self.provide_cluster_info)
+            .field("kubeconfig_dir", &self.kubeconfig_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ExecSpec {
+    /// What `exec` and its cluster's extension say; `kubeconfig_dir` as for
+    /// [`ExecSpec::kubeconfig_dir`]. An `env` entry without a `name` is an error.
+    pub fn read(
+        exec: &ExecConfig,
+        cluster: &Cluster,
+        kubeconfig_dir: Option<&Path>,
+    ) -> Result<Self, String> {
+        let mut env = Vec::new();
+        for entry in exec.env.iter().flatten() {
+            let name = entry
+                .get("name")
+                .filter(|name| !name.is_empty())
+                .ok_or_else(|| "an entry of its exec env has no name".to_owned())?;
+            env.push((
+                name.clone(),
+                entry.get("value").cloned().unwrap_or_default(),
+            ));
+        }
+        let cluster_config = cluster
+            .extensions
+            .iter()
+            .flatten()
+            .find(|extension| extension.name == CLUSTER_EXTENSION)
+            .map(|extension| extension.extension.to_string());
+        Ok(Self {
+            api_version: exec.api_version.clone(),
+            command: exec.command.clone().unwrap_or_default(),
+            args: exec.args.clone().unwrap_or_default(),
+            env,
+            interactive_mode: exec.interactive_mode.as_ref().map(|mode| {
+                match mode {
+                    ExecInteractiveMode::Never => "Never",
+                    ExecInteractiveMode::IfAvailable => "IfAvailable",
+                    ExecInteractiveMode::Always => "Always",
+                }
+                .to_owned()
+            }),
+            provide_cluster_info: exec.provide_cluster_info,
+            install_hint: exec.install_hint.clone(),
+            cluster_config,
+            kubeconfig_dir: kubeconfig_dir.map(Path::to_path_buf),
+        })
+    }
+
+    /// The command's file name, for messages.
+    pub fn command_name(&self) -> String {
+        Path::new(&self.command).file_name().map_or_else(
+            || self.command.clone(),
+            |name| name.to_string_lossy().into_owned(),
+        )
+    }
+}
+
+/// The version of the protocol a command speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecVersion {
+    /// `client.authentication.k8s.io/v1`.
+    V1,
+    /// `client.authentication.k8s.io/v1beta1`.
+    V1Beta1,
+}
+
+impl ExecVersion {
+    /// Its `apiVersion`.
+    pub fn api_version(self) -> &'static str {
+        match self {
+            Self::V1 => API_V1,
+            Self::V1Beta1 => API_V1BETA1,
+        }
+    }
+}
+
+/// A command the policy lets run: where it really is, and how to speak to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admitted {
+    /// The command's real path (every link followed): what is executed.
+    pub program: PathBuf,
+    /// The protocol version.
+    pub version: ExecVersion,
+}
+
+/// The operator's rules for running exec commands.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExecPolicy {
+    /// The real paths of the commands that may run (`VIGIL_EXEC_ALLOW`), as written.
+    pub allow: Vec<PathBuf>,
+    /// Variables of vigil's own environment handed to every command (`VIGIL_EXEC_ENV`).
+    pub pass_env: Vec<String>,
+    /// Whether a kubeconfig read from a Kubernetes Secret may run its command
+    /// (`VIGIL_EXEC_FROM_SECRETS`).
+    pub from_secrets: bool,
+}
+
+/// Why a policy setting is refused at start-up.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{variable}: {reason}")]
+pub struct PolicyError {
+    /// The setting.
+    pub variable: &'static str,
+    /// What is wrong.
+    pub reason: String,
+}
+
+impl ExecPolicy {
+    /// The policy, checked: allow-list entries are absolute paths; the variables passed
+    /// through are plain names, none of vigil's own settings (`VIGIL_*`, `DATABASE_URL`)
+    /// and none the command's environment sets itself (`PATH`, `HOME`, loader variables).
+    pub fn new(
+        allow: Vec<PathBuf>,
+        pass_env: Vec<String>,
+        from_secrets: bool,
+    ) -> Result<Self, PolicyError> {
+        let allow: Vec<PathBuf> = allow
+            .into_iter()
+            .filter(|path| !path.as_os_str().is_empty())
+            .collect();
+        if let Some(relative) = allow.iter().find(|path| !path.is_absolute()) {
+            return Err(PolicyError {
+                variable: "VIGIL_EXEC_ALLOW",
+                reason: format!("{} is not an absolute path", relative.display()),
+            });
+        }
+        let pass_env: Vec<String> = pass_env
+            .into_iter()
+            .map(|name| name.trim().to_owned())
+            .filter(|name| !name.is_empty())
+            .collect();
+        for name in &pass_env {
+            let refused = if !is_variable_name(name) {
+                Some("is not an environment variable name")
+            } else if name.starts_with("VIGIL_") || name == "DATABASE_URL" {
+                Some("is one of vigil's own settings, which never reach a credential command")
+            } else if refused_variable(name) {
+                Some("is set by vigil itself (PATH, HOME) or steers the program loader")
+            } else {
+                None
+            };
+            if let Some(reason) = refused {
+                return Err(PolicyError {
+                    variable: "VIGIL_EXEC_ENV",
+                    reason: format!("{name} {reason}"),
+                });
+            }
+        }
+        Ok(Self {
+            allow,
+            pass_env,
+            from_secrets,
+        })
+    }
+
+    /// Whether `spec` may run, and what runs: the protocol version is one vigil speaks, the
+    /// command would not need a terminal, its `env` sets no variable vigil keeps for itself,
+    /// a Secret's kubeconfig is allowed to run commands, and the command's real path —
+    /// found as kubectl finds it, `PATH` being `path_var` (vigil's own) — is in the
+    /// allow-list. The refusal says what is wrong and what would allow it.
+    pub fn admit(&self, spec: &ExecSpec, path_var: Option<&OsStr>) -> Result<Admitted, String> {
+        let version = match spec.api_version.as_deref() {
+            Some(API_V1) => ExecVersion::V1,
+            Some(API_V1BETA1) => ExecVersion::V1Beta1,
+            Some(API_V1ALPHA1) => {
+                return Err(format!(
+                    "its exec apiVersion {API_V1ALPHA1} was removed from Kubernetes; use {API_V1} or {API_V1BETA1}"
+                ));
+            }
+            Some(other) => {
+                return Err(format!(
+                    "its exec apiVersion {other:?} is not one vigil speaks ({API_V1} or {API_V1BETA1})"
+                ));
+            }
+            None => {
+                return Err(format!(
+                    "its exec section has no apiVersion ({API_V1} or {API_V1BETA1})"
+                ));
+            }
+        };
+        match (spec.interactive_mode.as_deref(), version) {
+            (Some("Always"), _) => {
+                return Err(
+                    "its exec command needs a terminal (interactiveMode Always), which vigil never has"
+                        .to_owned(),
+                );
+            }
+            (None, ExecVersion::V1) => {
+                return Err(format!(
+                    "its exec section must set interactiveMode with {API_V1}"
+                ));
+            }
+            _ => {}
+        }
+        if let Some((name, _)) = spec.env.iter().find(|(name, _)| refused_variable(name)) {
+            return Err(format!(
+                "its exec env sets {name}, which vigil refuses (PATH and HOME are vigil's, loader variables could run any code)"
+            ));
+        }
+        if let Some((name, _)) = spec.env.iter().find(|(name, _)| !is_variable_name(name)) {
+            return Err(format!(
+                "its exec env names {name:?}, which is not an environment variable name"
+            ));
+        }
+        if spec.kubeconfig_dir.is_none() && !self.from_secrets {
+            return Err(
+                "it is read from a Kubernetes Secret, and exec commands of kubeconfigs in Secrets run only with VIGIL_EXEC_FROM_SECRETS=true (whoever writes the Secret chooses the command's arguments)"
+                    .to_owned(),
+            );
+        }
+        let found = self.find(spec, path_var)?;
+        let program = std::fs::canonicalize(&found).map_err(|error| {
+            format!(
+                "its exec command {} cannot be resolved: {error}",
+                found.display()
+            )
+        })?;
+        let through = if program == found {
+            String::new()
+        } else {
+            format!(" (reached through {})", found.display())
+        };
+        if !self.allow.iter().any(|allowed| *allowed == program) {
+            let why = if self.allow.is_empty() {
+                "VIGIL_EXEC_ALLOW is empty, so vigil runs no exec command".to_owned()
+            } else {
+                format!("{} is not in VIGIL_EXEC_ALLOW", program.display())
+            };
+            return Err(format!(
+                "its exec command {}{through} is not allowed: {why}; add its real path {} to VIGIL_EXEC_ALLOW to let vigil run it",
+                program.display(),
+                program.display()
+            ));
+        }
+        let metadata = std::fs::metadata(&program).map_err(|error| {
+            format!(
+                "its exec command {} cannot be read: {error}",
+                program.display()
+            )
+        })?;
+        if !metadata.is_file() {
+            return Err(format!(
+                "its exec command {} is not a file",
+                program.display()
+            ));
+        }
+        Ok(Admitted { program, version })
+    }
+
+    /// The command's path as kubectl finds it: with a `/`, absolute or relative to the
+    /// kubeconfig's directory; a bare name, the first executable file of that name in
+    /// `PATH`.
+    fn find(&self, spec: &ExecSpec, path_var: Option<&OsStr>) -> Result<PathBuf, String> {
+        let command = spec.command.as_str();
+        if command.is_empty() {
+            return Err("its exec section names no command".to_owned());
+        }
+        if command.contains('/') {
+            let path = Path::new(command);
+            if path.is_absolute() {
+                return Ok(path.to_path_buf());
+            }
+            return match &spec.kubeconfig_dir {
+                Some(dir) => Ok(dir.join(path)),
+                None => Err(format!(
+                    "its exec command {command:?} is relative, and a kubeconfig in a Secret has no directory to resolve it against"
+                )),
+            };
+        }
+        std::env::split_paths(path_var.unwrap_or_default())
+            .filter(|dir| dir.is_absolute())
+            .map(|dir| dir.join(command))
+            .find(|candidate| is_executable_file(candidate))
+            .ok_or_else(|| {
+                let hint = spec
+                    .install_hint
+                    .as_deref()
+                    .map(|hint| format!(" ({})", quote_line(hint)))
+                    .unwrap_or_default();
+                format!("its exec command {command:?} is not found in PATH{hint}")
+            })
+    }
+
+    /// The command's environment: [`CHILD_PATH`], `HOME` (vigil's own), the variables of
+    /// [`ExecPolicy::pass_env`] that vigil's environment (`lookup`) has, the kubeconfig's
+    /// `env`, and `KUBERNETES_EXEC_INFO`. Nothing else of vigil's environment.
+    pub fn environment(
+        &self,
+        spec: &ExecSpec,
+        exec_info: &str,
+        lookup: impl Fn(&str) -> Option<OsString>,
+    ) -> Vec<(OsString, OsString)> {
+        let mut env: Vec<(OsString, OsString)> = vec![
+            ("PATH".into(), CHILD_PATH.into()),
+            (
+                "HOME".into(),
+                lookup("HOME").unwrap_or_else(|| FALLBACK_HOME.into()),
+            ),
+        ];
+        for name in &self.pass_env {
+            if let Some(value) = lookup(name) {
+                env.push((name.into(), value));
+            }
+        }
+        for (name, value) in &spec.env {
+            env.retain(|(existing, _)| existing != OsStr::new(name));
+            env.push((name.into(), value.into()));
+        }
+        env.retain(|(name, _)| name != EXEC_INFO_VARIABLE);
+        env.push((EXEC_INFO_VARIABLE.into(), exec_info.into()));
+        env
+    }
+}
+
+/// The cluster as `KUBERNETES_EXEC_INFO` describes it when `provideClusterInfo` is set.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterInfo {
+    /// The API server URL.
+    pub server: String,
+    /// The name its certificate is verified against.
+    pub tls_server_name: Option<String>,
+    /// Whether its certificate is not verified.
+    pub insecure_skip_tls_verify: bool,
+    /// The certificate authority (PEM).
+    pub certificate_authority_data: Option<Vec<u8>>,
+}
+
+/// `KUBERNETES_EXEC_INFO`: the `ExecCredential` request, `spec.interactive` false (vigil has
+/// no terminal), `spec.cluster` only when `provideClusterInfo` is set (with the cluster's
+/// `client.authentication.k8s.io/exec` extension as its `config`).
+pub fn exec_info(spec: &ExecSpec, version: ExecVersion, cluster: Option<&ClusterInfo>) -> String {
+    let mut request = serde_json::json!({
+        "apiVersion": version.api_version(),
+        "kind": "ExecCredential",
+        "spec": { "interactive": false },
+    });
+    if spec.provide_cluster_info
+        && let Some(cluster) = cluster
+    {
+        let mut described = serde_json::json!({ "server": cluster.server });
+        if let Some(name) = &cluster.tls_server_name {
+            described["tls-server-name"] = name.clone().into();
+        }
+        if cluster.insecure_skip_tls_verify {
+            described["insecure-skip-tls-verify"] = true.into();
+        }
+        if let Some(ca) = &cluster.certificate_authority_data {
+            described["certificate-authority-data"] =
+                base64::engine::general_purpose::STANDARD.encode(ca).into();
+        }
+        if let Some(config) = spec
+            .cluster_config
+            .as_deref()
+            .and_then(|text| serde_json::from_str::<serde_json::Value>(text).ok())
+        {
+            described["config"] = config;
+        }
+        request["spec"]["cluster"] = described;
+    }
+    request.to_string()
+}
+
+/// What a command gave. No `Debug`: it holds a token or a key.
+#[derive(Clone, PartialEq, Eq)]
+pub struct IssuedCredential {
+    /// The bearer token.
+    pub token: Option<String>,
+    /// The client certificate (PEM).
+    pub client_certificate: Option<Vec<u8>>,
+    /// Its private key (PEM).
+    pub client_key: Option<Vec<u8>>,
+    /// When it expires, in seconds since the Unix epoch.
+    pub expires_at: Option<i64>,
+}
+
+impl fmt::Debug for IssuedCredential {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IssuedCredential")
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field(
+                "client_certificate",
+                &self.client_certificate.as_ref().map(|_| "<redacted>"),
+            )
+            .field("expires_at", &self.expires_at)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Output {
+    api_version: Option<String>,
+    kind: Option<String>,
+    status: Option<Status>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Status {
+    token: Option<String>,
+    client_certificate_data: Option<String>,
+    client_key_data: Option<String>,
+    expiration_timestamp: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+}
+
+/// Reads a command's standard output: an `ExecCredential` of the version asked for, whose
+/// `status` holds a token, or a client certificate and its key, or both. The message of a
+/// refusal never quotes the output (it may hold a credential).
+pub fn parse_output(stdout: &[u8], version: ExecVersion) -> Result<IssuedCredential, String> {
+    let output: Output = serde_json::from_slice(stdout).map_err(|error| {
+        format!(
+            "its exec command printed no ExecCredential: not valid JSON (line {}, column {})",
+            error.line(),
+            error.column()
+        )
+    })?;
+    let asked = version.api_version();
+    match output.api_version.as_deref() {
+        Some(answered) if answered == asked => {}
+        Some(answered) => {
+            return Err(format!(
+                "its exec command answered apiVersion {:?} to a {asked} request",
+                quote_line(answered)
+            ));
+        }
+        None => {
+            return Err(format!(
+                "its exec command's ExecCredential has no apiVersion (expected {asked})"
+            ));
+        }
+    }
+    if output.kind.as_deref() != Some("ExecCredential") {
+        return Err(format!(
+            "its exec command printed kind {:?}, not ExecCredential",
+            quote_line(output.kind.as_deref().unwrap_or_default())
+        ));
+    }
+    let status = output
+        .status
+        .ok_or_else(|| "its exec command's ExecCredential has no status".to_owned())?;
+    let token = status.token.filter(|token| !token.is_empty());
+    let certificate = status
+        .client_certificate_data
+        .filter(|data| !data.is_empty());
+    let key = status.client_key_data.filter(|data| !data.is_empty());
+    match (&certificate, &key) {
+        (Some(_), None) => {
+            return Err(
+                "its exec command's ExecCredential has clientCertificateData but no clientKeyData"
+                    .to_owned(),
+            );
+        }
+        (None, Some(_)) => {
+            return Err(
+                "its exec command's ExecCredential has clientKeyData but no clientCertificateData"
+                    .to_owned(),
+            );
+        }
+        _ => {}
+    }
+    if token.is_none() && certificate.is_none() {
+        return Err(
+            "its exec command's ExecCredential has neither a token nor a client certificate"
+                .to_owned(),
+        );
+    }
+    Ok(IssuedCredential {
+        token,
+        client_certificate: certificate.map(String::into_bytes),
+        client_key: key.map(String::into_bytes),
+        expires_at: status.expiration_timestamp.map(|time| time.0.as_second()),
+    })
+}
+
+/// The first line of a command's standard error, safe to show: control characters
+/// replaced, cut at [`MAX_QUOTED_CHARS`] characters.
+pub fn first_line(stderr: &[u8]) -> String {
+    let text = String::from_utf8_lossy(stderr);
+    quote_line(
+        text.lines()
+            .map(str::trim)
+            .find(|line| !line.is_empty())
+            .unwrap_or_default(),
+    )
+}
+
+fn quote_line(text: &str) -> String {
+    let mut quoted: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(MAX_QUOTED_CHARS)
+        .collect();
+    if text.chars().count() > MAX_QUOTED_CHARS {
+        quoted.push('…');
+    }
+    quoted
+}
+
+/// Variables a kubeconfig's `env` may not set: vigil's `PATH` and `HOME`, and the dynamic
+/// loader's (`LD_PRELOAD` runs any library inside an allowed command).
+fn refused_variable(name: &str) -> bool {
+    name == "PATH"
+        || name == "HOME"
+        || name.starts_with("LD_")
+        || name.starts_with("DYLD_")
+        || name == EXEC_INFO_VARIABLE
+}
+
+fn is_variable_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+fn is_executable_file(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::metadata(path)
+        .is_ok_and(|metadata| metadata.is_file() && metadata.permissions().mode() & 0o111 != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(command: &str) -> ExecSpec {
+        ExecSpec {
+            api_version: Some(API_V1.to_owned()),
+            command: command.to_owned(),
+            args: vec!["token".to_owned()],
+            env: Vec::new(),
+            interactive_mode: Some("Never".to_owned()),
+            provide_cluster_info: false,
+            install_hint: None,
+            cluster_config: None,
+            kubeconfig_dir: Some(PathBuf::from("/nonexistent")),
+        }
+    }
+
+    fn executable(dir: &Path, name: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt as _;
+        let path = dir.join(name);
+        std::fs::write(&path, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    #[test]
+    fn the_real_path_must_be_listed_and_a_listed_link_allows_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let dir = std::fs::canonicalize(dir.path()).unwrap();
+        let tool = executable(&dir, "tool");
+        let link = dir.join("link");
+        std::os::unix::fs::symlink(&tool, &link).unwrap();
+
+        let allowed = ExecPolicy::new(vec![tool.clone()], Vec::new(), false).unwrap();
+        let admitted = allowed.admit(&spec(tool.to_str().unwrap()), None).unwrap();
+        assert_eq!(admitted.program, tool);
+        assert_eq!(admitted.version, ExecVersion::V1);
+        // Through a link to an allowed file: its real path is what is checked.
+        assert_eq!(
+            allowed
+                .admit(&spec(link.to_str().unwrap()), None)
+                .unwrap()
+                .program,
+            tool
+        );
+
+        // The link is listed, the file it points to is not.
+        let link_only = ExecPolicy::new(vec![link.clone()], Vec::new(), false).unwrap();
+        let refused = link_only
+            .admit(&spec(link.to_str().unwrap()), None)
+            .unwrap_err();
+        assert!(
+            refused.contains("VIGIL_EXEC_ALLOW") && refused.contains("reached through"),
+            "{refused}"
+        );
+
+        let empty = ExecPolicy::default();
+        let refused = empty
+            .admit(&spec(tool.to_str().unwrap()), None)
+            .unwrap_err();
+        assert!(refused.contains("VIGIL_EXEC_ALLOW is empty"), "{refused}");
+    }
+
+    #[test]
+    fn commands_are_found_as_kubectl_finds_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let dir = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir(dir.join("bin")).unwrap();
+        let tool = executable(&dir.join("bin"), "get-token");
+        let policy = ExecPolicy::new(vec![tool.clone()], Vec::new(), true).unwrap();
+
+        // Relative with a slash: against the kubeconfig's directory.
+        let mut relative = spec("bin/get-token");
+        relative.kubeconfig_dir = Some(dir.clone());
+        assert_eq!(policy.admit(&relative, None).unwrap().program, tool);
+        // A bare name: in PATH.
+        let path = std::env::join_paths([dir.join("nothing"), dir.join("bin")]).unwrap();
+        assert_eq!(
+            policy
+                .admit(&spec("get-token"), Some(&path))
+                .unwrap()
+                .program,
+            tool
+        );
+        let mut hinted = spec("other-tool");
+        hinted.install_hint = Some("install other-tool\nfrom somewhere".to_owned());
+        let refused = policy.admit(&hinted, Some(&path)).unwrap_err();
+        assert!(
+            refused.contains("not found in PATH (install other-tool from somewhere)"),
+            "{refused}"
+        );
+        // A Secret's kubeconfig has no directory.
+        let mut secret = spec("bin/get-token");
+        secret.kubeconfig_dir = None;
+        assert!(
+            policy
+                .admit(&secret, None)
+                .unwrap_err()
+                .contains("relative")
+        );
+    }
+
+    #[test]
+    fn versions_modes_env_and_secrets_are_checked_before_anything_runs() {
+        let policy = ExecPolicy::new(vec![PathBuf::from("/bin/true")], Vec::new(), false).unwrap();
+        let refused = |change: &dyn Fn(&mut ExecSpec)| {
+            let mut spec = spec("/bin/true");
+            change(&mut spec);
+            policy.admit(&spec, None).unwrap_err()
+        };
+        assert!(refused(&|s| s.api_version = Some(API_V1ALPHA1.to_owned())).contains("removed"));
+        assert!(refused(&|s| s.api_version = Some("x/v9".to_owned())).contains("apiVersion"));
+        assert!(
+            refused(&|s| s.interactive_mode = Some("Always".to_owned()))
+                .contains("interactiveMode Always")
+        );
+        assert!(refused(&|s| s.interactive_mode = None).contains("must set interactiveMode"));
+        assert!(
+            refused(&|s| s.env.push(("LD_PRELOAD".to_owned(), "/x.so".to_owned())))
+                .contains("LD_PRELOAD")
+        );
+        assert!(
+            refused(&|s| s.env.push(("PATH".to_owned(), "/x".to_owned()))).contains("sets PATH")
+        );
+        assert!(refused(&|s| s.kubeconfig_dir = None).contains("VIGIL_EXEC_FROM_SECRETS"));
+        // v1beta1 may leave interactiveMode out.
+        let mut beta = spec("/bin/true");
+        beta.api_version = Some(API_V1BETA1.to_owned());
+        beta.interactive_mode = None;
+        let fine = ExecPolicy::new(
+            vec![std::fs::canonicalize("/bin/true").unwrap()],
+            Vec::new(),
+            false,
+        )
+        .unwrap();
+        assert_eq!(
+            fine.admit(&beta, None).unwrap().version,
+            ExecVersion::V1Beta1
+        );
+    }
+
+    #[test]
+    fn vigil_settings_and_loader_variables_are_never_passed_through() {
+        for name in [
+            "DATABASE_URL",
+            "VIGIL_API_TOKENS_FILE",
+            "LD_PRELOAD",
+            "PATH",
+            "HOME",
+            "A B",
+        ] {
+            let error = ExecPolicy::new(Vec::new(), vec![name.to_owned()], false).unwrap_err();
+            assert_eq!(error.variable, "VIGIL_EXEC_ENV", "{name}");
+        }
+        let error = ExecPolicy::new(vec![PathBuf::from("bin/x")], Vec::new(), false).unwrap_err();
+        assert_eq!(error.variable, "VIGIL_EXEC_ALLOW");
+    }
+
+    #[test]
+    fn the_environment_is_explicit() {
+        let policy = ExecPolicy::new(
+            Vec::new(),
+            vec!["AWS_ROLE_ARN".to_owned(), "UNSET".to_owned()],
+            false,
+        )
+        .unwrap();
+        let mut spec = spec("/bin/true");
+        spec.env.push(("AWS_PROFILE".to_owned(), "prod".to_owned()));
+        let env = policy.environment(&spec, "{}", |name| match name {
+            "HOME" => Some("/home/vigil".into()),
+            "AWS_ROLE_ARN" => Some("arn".into()),
+            "SECRET" => Some("no".into()),
+            _ => None,
+        });
+        let names: Vec<_> = env.iter().map(|(name, _)| name.to_str().unwrap()).collect();
+        assert_eq!(
+            names,
+            [
+                "PATH",
+                "HOME",
+                "AWS_ROLE_ARN",
+                "AWS_PROFILE",
+                EXEC_INFO_VARIABLE
+            ]
+        );
+        assert_eq!(env[0].1, CHILD_PATH);
+        assert_eq!(env[1].1, "/home/vigil");
+    }
+
+    #[test]
+    fn the_request_carries_the_cluster_only_when_asked() {
+        let cluster = ClusterInfo {
+            server: "https://127.0.0.1:6443".to_owned(),
+            certificate_authority_data: Some(b"PEM".to_vec()),
+            ..ClusterInfo::default()
+        };
+        let mut spec = spec("/bin/true");
+        spec.cluster_config = Some(r#"{"audience":"x"}"#.to_owned());
+        let plain: serde_json::Value =
+            serde_json::from_str(&exec_info(&spec, ExecVersion::V1, Some(&cluster))).unwrap();
+        assert_eq!(plain["spec"], serde_json::json!({"interactive": false}));
+        assert_eq!(plain["apiVersion"], API_V1);
+        spec.provide_cluster_info = true;
+        let full: serde_json::Value =
+            serde_json::from_str(&exec_info(&spec, ExecVersion::V1Beta1, Some(&cluster))).unwrap();
+        assert_eq!(full["apiVersion"], API_V1BETA1);
+        assert_eq!(full["spec"]["cluster"]["server"], "https://127.0.0.1:6443");
+        assert_eq!(
+            full["spec"]["cluster"]["certificate-authority-data"],
+            "UEVN"
+        );
+        assert_eq!(full["spec"]["cluster"]["config"]["audience"], "x");
+    }
+
+    #[test]
+    fn outputs_are_read_strictly() {
+        let ok = parse_output(
+            br#"{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"t","expirationTimestamp":"2030-01-01T00:00:00+01:00"}}"#,
+            ExecVersion::V1,
+        )
+        .unwrap();
+        assert_eq!(ok.token.as_deref(), Some("t"));
+        assert_eq!(ok.expires_at, Some(1_893_452_400));
+        let certificate = parse_output(
+            br#"{"apiVersion":"client.authentication.k8s.io/v1beta1","kind":"ExecCredential","status":{"clientCertificateData":"C","clientKeyData":"K"}}"#,
+            ExecVersion::V1Beta1,
+        )
+        .unwrap();
+        assert_eq!(certificate.client_key.as_deref(), Some(&b"K"[..]));
+        for (output, expected) in [
+            (&b"secret-token-not-json"[..], "not valid JSON"),
+            (br#"{"apiVersion":"client.authentication.k8s.io/v1beta1","kind":"ExecCredential","status":{"token":"t"}}"#, "answered apiVersion"),
+            (br#"{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential"}"#, "no status"),
+            (br#"{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"clientCertificateData":"C"}}"#, "no clientKeyData"),
+            (br#"{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{}}"#, "neither"),
+        ] {
+            let error = parse_output(output, ExecVersion::V1).unwrap_err();
+            assert!(error.contains(expected), "{error}");
+            assert!(!error.contains("secret-token"), "{error}");
+        }
+    }
+
+    #[test]
+    fn stderr_is_quoted_on_one_short_line() {
+        assert_eq!(
+            first_line(b"\n  error: no\x1b[31m profile\nmore"),
+            "error: no [31m profile"
+        );
+        assert_eq!(
+            first_line(&[b'x'; 300]).chars().count(),
+            MAX_QUOTED_CHARS + 1
+        );
+    }
+}

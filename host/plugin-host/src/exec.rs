@@ -1,0 +1,432 @@
+//! Runs kubeconfig users' `exec` commands for `credentials.exec-credential`, and keeps what
+//! they give.
+//!
+//! What may run is decided by [`ExecPolicy`] (the operator's allow-list, checked on the
+//! command's real path); this module runs an admitted command as kubectl does — its
+//! arguments, an explicit environment, `KUBERNETES_EXEC_INFO`, no standard input, in a
+//! process group of its own — with a time limit and a cap on its output, and kills the
+//! whole group when it is done or overruns. Credentials are kept in memory only, per
+//! plugin, exec configuration and cluster, until shortly before they expire: one run at a
+//! time per key (concurrent probes wait for it and share its result, failure included), at
+//! most [`ExecSettings::max_concurrent`] processes at once, and a key whose credential the
+//! cluster answered 401 runs its command again at the next call.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::sync::Semaphore;
+use tracing::{debug, info};
+
+use vigil_domain::exec::{
+    self, Admitted, ClusterInfo, ExecPolicy, ExecSpec, IssuedCredential, MAX_OUTPUT_BYTES,
+};
+
+/// How much of a command's standard error is read (its first line is quoted on failure).
+const MAX_STDERR_BYTES: usize = 64 * 1024;
+
+/// The longest a credential is kept before its expiry, at most: it is refreshed this long
+/// before (or a fifth of its lifetime, for short-lived ones).
+const EXPIRY_MARGIN: Duration = Duration::from_secs(30);
+
+/// Keys kept beyond which expired and failed entries are forgotten.
+const PRUNE_ABOVE: usize = 4096;
+
+/// How exec commands run.
+#[derive(Debug, Clone)]
+pub struct ExecSettings {
+    /// What may run, with which environment.
+    pub policy: ExecPolicy,
+    /// The longest a command may run before its process group is killed.
+    pub timeout: Duration,
+    /// How many commands may run at once.
+    pub max_concurrent: usize,
+}
+
+impl Default for ExecSettings {
+    fn default() -> Self {
+        Self {
+            policy: ExecPolicy::default(),
+            timeout: Duration::from_secs(10),
+            max_concurrent: 4,
+        }
+    }
+}
+
+/// The key of a kept credential: a digest of the plugin, the exec configuration and the
+/// cluster.
+pub(crate) type ExecKey = [u8; 32];
+
+/// The runner shared by every call of the runtime.
+#[derive(Debug)]
+pub(crate) struct ExecRunner {
+    settings: ExecSettings,
+    /// vigil's own `PATH`, where bare command names are looked up (as kubectl does).
+    path_var: Option<OsString>,
+    slots: Mutex<HashMap<ExecKey, Arc<Slot>>>,
+    permits: Arc<Semaphore>,
+    runs: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct Slot {
+    state: tokio::sync::Mutex<SlotState>,
+}
+
+#[derive(Default)]
+struct SlotState {
+    credential: Option<Held>,
+    /// The last run's failure and when it ended: callers that were waiting for that run
+    /// take it instead of running the command again.
+    failure: Option<(Instant, String)>,
+}
+
+impl std::fmt::Debug for SlotState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SlotState")
+            .field("credential", &self.credential.is_some())
+            .field("failure", &self.failure)
+            .finish()
+    }
+}
+
+struct Held {
+    credential: IssuedCredential,
+    /// Served until then; `None`: until the cluster refuses it.
+    fresh_until: Option<Instant>,
+}
+
+impl Held {
+    fn new(credential: IssuedCredential, now: Instant) -> Self {
+        let fresh_until = credential.expires_at.map(|expires| {
+            let left = u64::try_from(expires)
+                .ok()
+                .map(|at| UNIX_EPOCH + Duration::from_secs(at))
+                .and_then(|at| at.duration_since(SystemTime::now()).ok())
+                .unwrap_or_default();
+            let margin = EXPIRY_MARGIN.min(left / 5);
+            now + left.saturating_sub(margin)
+        });
+        Self {
+            credential,
+            fresh_until,
+        }
+    }
+
+    fn is_fresh(&self, now: Instant) -> bool {
+        self.fresh_until.is_none_or(|until| now < until)
+    }
+}
+
+/// What a call that was served a credential remembers, to report a 401 for it.
+#[derive(Clone)]
+pub(crate) struct Served {
+    pub(crate) key: ExecKey,
+    pub(crate) credential: IssuedCredential,
+}
+
+impl ExecRunner {
+    pub(crate) fn new(settings: ExecSettings) -> Self {
+        let permits = Arc::new(Semaphore::new(settings.max_concurrent.max(1)));
+        Self {
+            settings,
+            path_var: std::env::var_os("PATH"),
+            slots: Mutex::new(HashMap::new()),
+            permits,
+            runs: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether `spec` may run (see [`ExecPolicy::admit`]).
+    pub(crate) fn admit(&self, spec: &ExecSpec) -> Result<Admitted, String> {
+        self.settings.policy.admit(spec, self.path_var.as_deref())
+    }
+
+    /// How many commands have run.
+    #[cfg(test)]
+    pub(crate) fn runs(&self) -> u64 {
+        self.runs.load(Ordering::Relaxed)
+    }
+
+    /// The key of `plugin`'s credential for `spec` on `cluster`.
+    pub(crate) fn key(plugin: &str, spec: &ExecSpec, cluster: &ClusterInfo) -> ExecKey {
+        let mut digest = Sha256::new();
+        let mut field = |bytes: &[u8]| {
+            digest.update((bytes.len() as u64).to_le_bytes());
+            digest.update(bytes);
+        };
+        field(plugin.as_bytes());
+        field(spec.api_version.as_deref().unwrap_or_default().as_bytes());
+        field(spec.command.as_bytes());
+        field(&(spec.args.len() as u64).to_le_bytes());
+        for arg in &spec.args {
+            field(arg.as_bytes());
+        }
+        field(&(spec.env.len() as u64).to_le_bytes());
+        for (name, value) in &spec.env {
+            field(name.as_bytes());
+            field(value.as_bytes());
+        }
+        field(
+            spec.interactive_mode
+                .as_deref()
+                .unwrap_or_default()
+                .as_bytes(),
+        );
+        field(&[u8::from(spec.provide_cluster_info)]);
+        field(
+            spec.cluster_config
+                .as_deref()
+                .unwrap_or_default()
+                .as_bytes(),
+        );
+        field(
+            spec.kubeconfig_dir
+                .as_deref()
+                .map(|dir| dir.as_os_str().as_encoded_bytes())
+                .unwrap_or_default(),
+        );
+        field(cluster.server.as_bytes());
+        field(
+            cluster
+                .tls_server_name
+                .as_deref()
+                .unwrap_or_default()
+                .as_bytes(),
+        );
+        field(&[u8::from(cluster.insecure_skip_tls_verify)]);
+        field(
+            cluster
+                .certificate_authority_data
+                .as_deref()
+                .unwrap_or_default(),
+        );
+        digest.finalize().into()
+    }
+
+    fn slot(&self, key: ExecKey) -> Arc<Slot> {
+        let mut slots = self
+            .slots
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if slots.len() > PRUNE_ABOVE {
+            let now = Instant::now();
+            slots.retain(|_, slot| {
+                Arc::strong_count(slot) > 1
+                    || slot.state.try_lock().map_or(true, |state| {
+                        state
+                            .credential
+                            .as_ref()
+                            .is_some_and(|held| held.is_fresh(now))
+                    })
+            });
+        }
+        Arc::clone(slots.entry(key).or_default())
+    }
+
+    /// The credential for `key`: the kept one while fresh, else the command's new one. The
+    /// run goes on in a task of its own when the caller stops waiting (its budget ran out),
+    /// so that the next call finds its result.
+    pub(crate) async fn credential(
+        self: &Arc<Self>,
+        key: ExecKey,
+        spec: &ExecSpec,
+        admitted: Admitted,
+        cluster: Option<ClusterInfo>,
+        wait: Duration,
+    ) -> Result<IssuedCredential, String> {
+        let asked = Instant::now();
+        let slot = self.slot(key);
+        let runner = Arc::clone(self);
+        let spec = spec.clone();
+        let task = tokio::spawn(async move {
+            let mut state = slot.state.lock().await;
+            let now = Instant::now();
+            if let Some(held) = &state.credential
+                && held.is_fresh(now)
+            {
+                return Ok(held.credential.clone());
+            }
+            if let Some((ended, message)) = &state.failure
+                && *ended >= asked
+            {
+                return Err(message.clone());
+            }
+            state.credential = None;
+            let result = runner.run(&spec, &admitted, cluster.as_ref()).await;
+            match &result {
+                Ok(credential) => {
+                    state.credential = Some(Held::new(credential.clone(), Instant::now()));
+                    state.failure = None;
+                }
+                Err(message) => state.failure = Some((Instant::now(), message.clone())),
+            }
+            result
+        });
+        match tokio::time::timeout(wait, task).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(error)) => Err(format!("running its exec command failed: {error}")),
+            Err(_) => Err(format!(
+                "its exec command gave no credential within what was left of the probe's budget ({} ms); the result is kept for the next probe",
+                wait.as_millis()
+            )),
+        }
+    }
+
+    /// Forgets `served`'s credential, if it is still the one kept: the cluster refused it.
+    pub(crate) fn refused(&self, served: &Served) {
+        let slot = {
+            let slots = self
+                .slots
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            slots.get(&served.key).cloned()
+        };
+        let Some(slot) = slot else { return };
+        // A run in flight replaces the credential anyway.
+        if let Ok(mut state) = slot.state.try_lock()
+            && state
+                .credential
+                .as_ref()
+                .is_some_and(|held| held.credential == served.credential)
+        {
+            state.credential = None;
+            debug!(
+                "the cluster refused an exec credential: its command runs again at the next call"
+            );
+        }
+    }
+
+    /// Runs the admitted command once.
+    async fn run(
+        &self,
+        spec: &ExecSpec,
+        admitted: &Admitted,
+        cluster: Option<&ClusterInfo>,
+    ) -> Result<IssuedCredential, String> {
+        let _permit = Arc::clone(&self.permits)
+            .acquire_owned()
+            .await
+            .map_err(|_| "no exec command may run now".to_owned())?;
+        self.runs.fetch_add(1, Ordering::Relaxed);
+        let program = admitted.program.display().to_string();
+        let request = exec::exec_info(spec, admitted.version, cluster);
+        let environment = self
+            .settings
+            .policy
+            .environment(spec, &request, |name| std::env::var_os(name));
+        let started = Instant::now();
+        let mut child = tokio::process::Command::new(&admitted.program)
+            .args(&spec.args)
+            .env_clear()
+            .envs(environment)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|error| format!("its exec command {program} could not start: {error}"))?;
+        let group = child.id().and_then(|id| i32::try_from(id).ok());
+        let stdout = child.stdout.take();
+        let stderr = child.stderr.take();
+        let work = async {
+            let (out, err) = tokio::join!(
+                read_capped(stdout, MAX_OUTPUT_BYTES, group),
+                read_capped(stderr, MAX_STDERR_BYTES, None),
+            );
+            let status = child.wait().await;
+            (out, err, status)
+        };
+        let finished = tokio::time::timeout(self.settings.timeout, work).await;
+        // Whatever happened, nothing the command started outlives it.
+        kill_group(group);
+        let (out, err, status) = match finished {
+            Ok(done) => done,
+            Err(_) => {
+                let _ = child.wait().await;
+                info!(command = %program, "exec command killed at its time limit");
+                return Err(format!(
+                    "its exec command {program} did not finish within {} s and was killed",
+                    self.settings.timeout.as_secs_f32()
+                ));
+            }
+        };
+        let stdout = out.map_err(|Overflow| {
+            format!(
+                "its exec command {program} printed more than {} MiB and was killed",
+                MAX_OUTPUT_BYTES >> 20
+            )
+        })?;
+        let stderr = err.unwrap_or_default();
+        let status = status.map_err(|error| {
+            format!("its exec command {program} could not be waited for: {error}")
+        })?;
+        if !status.success() {
+            let said = exec::first_line(&stderr);
+            let said = if said.is_empty() {
+                String::new()
+            } else {
+                format!(": {said}")
+            };
+            return Err(format!(
+                "its exec command {program} failed ({status}){said}"
+            ));
+        }
+        let credential = exec::parse_output(&stdout, admitted.version)?;
+        debug!(
+            command = %program,
+            elapsed_ms = started.elapsed().as_millis(),
+            expires_at = credential.expires_at,
+            "exec command gave a credential"
+        );
+        Ok(credential)
+    }
+}
+
+/// A stream that said more than it may.
+struct Overflow;
+
+/// Reads `stream` to its end, at most `cap` bytes: past it, the process group `kill` (if
+/// any) is killed and the read fails; without one, the rest is discarded.
+async fn read_capped(
+    stream: Option<impl AsyncRead + Unpin>,
+    cap: usize,
+    kill: Option<i32>,
+) -> Result<Vec<u8>, Overflow> {
+    let Some(mut stream) = stream else {
+        return Ok(Vec::new());
+    };
+    let mut bytes = Vec::new();
+    let mut chunk = vec![0_u8; 16 * 1024];
+    loop {
+        let read = match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return Ok(bytes),
+            Ok(read) => read,
+        };
+        if bytes.len() + read > cap {
+            if kill.is_some() {
+                kill_group(kill);
+                return Err(Overflow);
+            }
+            let room = cap - bytes.len();
+            bytes.extend_from_slice(&chunk[..room]);
+            // Keep draining, so that the command is not blocked on a full pipe.
+            continue;
+        }
+        bytes.extend_from_slice(&chunk[..read]);
+    }
+}
+
+/// Kills the process group `group` (the command and everything it started).
+fn kill_group(group: Option<i32>) {
+    if let Some(pid) = group.and_then(rustix::process::Pid::from_raw) {
+        // Already gone is fine.
+        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+    }
+}
