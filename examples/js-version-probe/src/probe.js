@@ -8,6 +8,7 @@
 
 import { context, readFile } from 'vigil:plugin/credentials@0.1.0';
 import { send } from 'vigil:plugin/http@0.1.0';
+import { enabled, write } from 'vigil:plugin/log@0.1.0';
 
 const NAME = 'js-version-probe';
 const VERSION = '0.1.0';
@@ -90,6 +91,10 @@ function verdictOf(response) {
   }
   if (typeof version !== 'string' || version === '') {
     return report('unhealthy', 'bad-response', 'GET /version: no gitVersion in the answer', latencyMs);
+  }
+  // vigil's log shows it at debug level, tagged with the plugin and the cluster.
+  if (enabled('debug')) {
+    write('debug', `server version ${short(version)}`);
   }
   return {
     ...report('healthy', undefined, `server ${short(version)}`, latencyMs),

@@ -18,6 +18,7 @@ mod embedded;
 mod healthcheck;
 mod http_plugin;
 mod install;
+mod js_plugin;
 mod least_privilege;
 mod migrate;
 mod notify;
