@@ -3,7 +3,8 @@
 //! accepts it, and `vigil serve` probes loopback health URLs through it — a healthy URL is
 //! `ONLINE`, a failing condition `OFFLINE` with the value seen, and a redirect to a port its
 //! grants do not allow is answered `denied`, inconclusive, never counted against the
-//! cluster (and the other port is never dialled).
+//! cluster (and the other port is never dialled). The ```sh python blocks of PLUGINS.md
+//! run as a new user runs them, in a fresh copy of the example.
 //!
 //! Its compiled code goes through vigil's compiled-code cache in one directory under
 //! `target/` shared by these tests and kept between runs: the interpreter inside the
@@ -311,4 +312,118 @@ async fn vigil_serve_probes_through_the_python_plugin_and_its_egress_stays_in_it
     crate::process::sigterm(&child);
     let status = crate::process::wait_exit(&mut child, Duration::from_secs(15));
     assert!(status.success(), "exit {status:?}\n{}", tail(&log));
+}
+
+#[test]
+fn every_python_shell_command_of_plugins_md_runs_and_the_plugin_is_accepted() {
+    let root = root();
+    let guide = std::fs::read_to_string(root.join("PLUGINS.md")).expect("PLUGINS.md");
+    let script = crate::plugins_doc::fenced_blocks(&guide, "sh python").concat();
+    // The guide must keep its promise: install the pinned componentize-py, build, check,
+    // install.
+    for step in [
+        "pip install --require-hashes -r requirements.txt",
+        "-w probe componentize app",
+        "vigil plugin check ",
+        "plugins.d",
+    ] {
+        assert!(
+            script.contains(step),
+            "PLUGINS.md no longer runs `{step}`:\n{script}"
+        );
+    }
+
+    // A checkout as the guide sees it, made anew on every run: the contract, and the
+    // example's own files (not a virtual environment or a build left in it).
+    let work = root.join("target").join("plugins-doc-python");
+    let checkout = work.join("checkout");
+    if checkout.exists() {
+        std::fs::remove_dir_all(&checkout).expect("clean the previous run");
+    }
+    let example = checkout.join("examples").join(NAME);
+    std::fs::create_dir_all(&example).expect("mkdir");
+    std::os::unix::fs::symlink(root.join("wit"), checkout.join("wit")).expect("symlink");
+    for entry in std::fs::read_dir(root.join("examples").join(NAME)).expect("read_dir") {
+        let entry = entry.expect("entry");
+        if entry.file_type().expect("file type").is_file() {
+            std::fs::copy(entry.path(), example.join(entry.file_name())).expect("copy");
+        }
+    }
+
+    let vigil = PathBuf::from(env!("CARGO_BIN_EXE_vigil"));
+    let path = std::env::join_paths(
+        std::iter::once(vigil.parent().expect("bin dir").to_path_buf()).chain(
+            std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
+        ),
+    )
+    .expect("PATH");
+    let output = Command::new("bash")
+        .arg("-c")
+        .arg(format!("set -euxo pipefail\n{script}"))
+        .current_dir(&checkout)
+        .env("PATH", path)
+        // Shared by the runs of this test: the compiled interpreter is found again when
+        // componentize-py built the same bytes.
+        .env("VIGIL_CACHE_DIR", work.join("cache"))
+        .env_remove("VIGIL_PLUGIN_DIR")
+        .env_remove("VIRTUAL_ENV")
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run bash");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "PLUGINS.md's Python commands failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        output.status
+    );
+    assert!(stdout.contains("componentize-py 0.25.1"), "{stdout}");
+    assert!(stdout.contains("(accepted)"), "{stdout}");
+    assert!(
+        stdout.contains("name:         python-http-probe"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("grants:       http"), "{stdout}");
+    for file in [format!("{NAME}.wasm"), format!("{NAME}.toml")] {
+        assert!(
+            checkout.join("plugins.d").join(&file).is_file(),
+            "{file} not installed"
+        );
+    }
+}
+
+/// A component instantiating three times a core module that defines one memory: three
+/// memories, one more than a component may have.
+const THREE_MEMORIES: &[u8] = &[
+    0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x00, // a component
+    0x01, 0x0d, // its core module, 13 bytes:
+    0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, // a core module
+    0x05, 0x03, 0x01, 0x00, 0x01, // one memory of one page
+    0x02, 0x0a, 0x03, // three core instances of it
+    0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+];
+
+#[test]
+fn plugin_check_refuses_a_component_past_the_pool_s_limits_naming_the_limit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wasm = dir.path().join("three-memories.wasm");
+    std::fs::write(&wasm, THREE_MEMORIES).expect("write");
+    let output = vigil(dir.path())
+        .args(["plugin", "check"])
+        .arg(&wasm)
+        .env("VIGIL_CACHE_DIR", dir.path().join("cache"))
+        .output()
+        .expect("run vigil plugin check");
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(output.status.code(), Some(4), "{printed}");
+    assert!(
+        printed.contains(
+            "it does not fit vigil's instance pool: it needs 3 memories; vigil allows 2 per component"
+        ),
+        "{printed}"
+    );
 }
