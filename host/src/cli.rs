@@ -753,6 +753,7 @@ pub struct ExecArgs {
     /// its real path (every link followed) is one of them, as written [default: none, and
     /// exec users are not probeable].
     #[arg(
+        id = "exec_allow",
         long = "exec-allow",
         env = "VIGIL_EXEC_ALLOW",
         value_name = "VIGIL_EXEC_ALLOW",
@@ -765,6 +766,7 @@ pub struct ExecArgs {
     /// of it but PATH=/usr/local/bin:/usr/bin:/bin and HOME; never DATABASE_URL or a
     /// VIGIL_ variable.
     #[arg(
+        id = "exec_env",
         long = "exec-env",
         env = "VIGIL_EXEC_ENV",
         value_name = "VIGIL_EXEC_ENV",
@@ -775,6 +777,7 @@ pub struct ExecArgs {
     /// Whether kubeconfigs read from Kubernetes Secrets may run their exec command
     /// (whoever writes the Secret chooses the command's arguments).
     #[arg(
+        id = "exec_from_secrets",
         long = "exec-from-secrets",
         env = "VIGIL_EXEC_FROM_SECRETS",
         value_name = "VIGIL_EXEC_FROM_SECRETS",
@@ -785,6 +788,7 @@ pub struct ExecArgs {
 
     /// How long a command may run before it and everything it started are killed.
     #[arg(
+        id = "exec_timeout",
         long = "exec-timeout",
         env = "VIGIL_EXEC_TIMEOUT",
         value_name = "VIGIL_EXEC_TIMEOUT",
@@ -795,6 +799,7 @@ pub struct ExecArgs {
 
     /// How many commands may run at once.
     #[arg(
+        id = "exec_max_concurrent",
         long = "exec-max-concurrent",
         env = "VIGIL_EXEC_MAX_CONCURRENT",
         value_name = "VIGIL_EXEC_MAX_CONCURRENT",

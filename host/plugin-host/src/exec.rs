@@ -430,3 +430,156 @@ fn kill_group(group: Option<i32>) {
         let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    use super::*;
+    use vigil_domain::exec::{API_V1, ExecVersion};
+
+    /// A command that counts its runs in `dir/runs` and prints a token, after `sleep`
+    /// seconds; `mode` `huge` prints more than the cap, `hang` leaves a child behind.
+    fn script(dir: &Path, body: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt as _;
+        let path = dir.join("get-token");
+        std::fs::write(
+            &path,
+            format!("#!/bin/sh\necho run >> {}/runs\n{body}\n", dir.display()),
+        )
+        .unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    fn spec_of(program: &Path) -> ExecSpec {
+        ExecSpec {
+            api_version: Some(API_V1.to_owned()),
+            command: program.display().to_string(),
+            args: Vec::new(),
+            env: Vec::new(),
+            interactive_mode: Some("Never".to_owned()),
+            provide_cluster_info: false,
+            install_hint: None,
+            cluster_config: None,
+            kubeconfig_dir: Some(PathBuf::from("/")),
+        }
+    }
+
+    fn new_runner(program: &Path, timeout: Duration) -> Arc<ExecRunner> {
+        Arc::new(ExecRunner::new(ExecSettings {
+            policy: ExecPolicy::new(vec![program.to_path_buf()], Vec::new(), false).unwrap(),
+            timeout,
+            max_concurrent: 2,
+        }))
+    }
+
+    fn runs(dir: &Path) -> usize {
+        std::fs::read_to_string(dir.join("runs")).map_or(0, |text| text.lines().count())
+    }
+
+    const TOKEN: &str = r#"echo '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"kit-token"}}'"#;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_callers_share_one_run_and_a_refusal_runs_it_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let dir = std::fs::canonicalize(dir.path()).unwrap();
+        let program = script(&dir, &format!("sleep 0.3\n{TOKEN}"));
+        let runner = new_runner(&program, Duration::from_secs(10));
+        let spec = spec_of(&program);
+        let key = ExecRunner::key("p", &spec, &ClusterInfo::default());
+        let calls = (0..20).map(|_| {
+            let runner = Arc::clone(&runner);
+            let spec = spec.clone();
+            tokio::spawn(async move {
+                let admitted = runner.admit(&spec).unwrap();
+                runner
+                    .credential(key, &spec, admitted, None, Duration::from_secs(10))
+                    .await
+            })
+        });
+        for call in futures_util::future::join_all(calls).await {
+            assert_eq!(call.unwrap().unwrap().token.as_deref(), Some("kit-token"));
+        }
+        assert_eq!((runs(&dir), runner.runs()), (1, 1));
+
+        // Another plugin never gets this one's credential: its own run.
+        let other = ExecRunner::key("q", &spec, &ClusterInfo::default());
+        assert_ne!(other, key);
+
+        let admitted = runner.admit(&spec).unwrap();
+        let credential = runner
+            .credential(key, &spec, admitted.clone(), None, Duration::from_secs(10))
+            .await
+            .unwrap();
+        assert_eq!(runs(&dir), 1, "kept");
+        runner.refused(&Served { key, credential });
+        runner
+            .credential(key, &spec, admitted, None, Duration::from_secs(10))
+            .await
+            .unwrap();
+        assert_eq!(runs(&dir), 2, "run again after the refusal");
+    }
+
+    #[tokio::test]
+    async fn a_hanging_command_is_killed_with_its_children() {
+        let dir = tempfile::tempdir().unwrap();
+        let dir = std::fs::canonicalize(dir.path()).unwrap();
+        let program = script(
+            &dir,
+            &format!("sleep 600 &\necho $! > {}/child\nwait", dir.display()),
+        );
+        let runner = new_runner(&program, Duration::from_millis(500));
+        let spec = spec_of(&program);
+        let admitted = runner.admit(&spec).unwrap();
+        let key = ExecRunner::key("p", &spec, &ClusterInfo::default());
+        let error = runner
+            .credential(key, &spec, admitted, None, Duration::from_secs(10))
+            .await
+            .unwrap_err();
+        assert!(error.contains("did not finish within 0.5 s"), "{error}");
+        let child: i32 = std::fs::read_to_string(dir.join("child"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        // Killed and reaped by init or by us: gone, or a zombie at most.
+        let alive = std::fs::read_to_string(format!("/proc/{child}/stat"))
+            .is_ok_and(|stat| !stat.contains(") Z "));
+        assert!(!alive, "the command's child {child} outlived it");
+    }
+
+    #[tokio::test]
+    async fn oversized_output_and_failures_are_refused_clearly() {
+        let dir = tempfile::tempdir().unwrap();
+        let dir = std::fs::canonicalize(dir.path()).unwrap();
+        let program = script(&dir, "head -c 3000000 /dev/zero");
+        let runner = new_runner(&program, Duration::from_secs(10));
+        let spec = spec_of(&program);
+        let admitted = runner.admit(&spec).unwrap();
+        let key = ExecRunner::key("p", &spec, &ClusterInfo::default());
+        let error = runner
+            .credential(key, &spec, admitted, None, Duration::from_secs(10))
+            .await
+            .unwrap_err();
+        assert!(error.contains("more than 1 MiB"), "{error}");
+
+        let failing = script(
+            &dir,
+            "echo 'error: no credentials for profile x' >&2\nexit 3",
+        );
+        let failing_runner = new_runner(&failing, Duration::from_secs(10));
+        let failing_spec = spec_of(&failing);
+        let admitted = failing_runner.admit(&failing_spec).unwrap();
+        assert_eq!(admitted.version, ExecVersion::V1);
+        let error = failing_runner
+            .credential(key, &failing_spec, admitted, None, Duration::from_secs(10))
+            .await
+            .unwrap_err();
+        assert!(
+            error.contains("exit status: 3")
+                && error.contains("error: no credentials for profile x"),
+            "{error}"
+        );
+    }
+}

@@ -65,7 +65,7 @@ fn good_kubeconfigs_select_as_the_host_resolves_them() {
     );
     check(
         "<root>/eks/config#arn:aws:eks:eu-west-1:111122223333:cluster/vigil-demo",
-        "not probeable (exec-credentials): user \"arn:aws:eks:eu-west-1:111122223333:cluster/vigil-demo\" of context \"arn:aws:eks:eu-west-1:111122223333:cluster/vigil-demo\" gets its credentials from the exec plugin \"aws\"; vigil does not run credential plugins",
+        "not probeable (exec-credentials): user \"arn:aws:eks:eu-west-1:111122223333:cluster/vigil-demo\" of context \"arn:aws:eks:eu-west-1:111122223333:cluster/vigil-demo\" gets its credentials from the exec command \"aws\", which vigil runs only for plugins granted exec-credentials (credentials.exec-credential)",
     );
     check(
         "<root>/gke/config",
@@ -317,7 +317,7 @@ fn rarer_shapes_select_as_the_host_resolves_them() {
         (
             "",
             "exec: {apiVersion: client.authentication.k8s.io/v1, command: /opt/bin/kubelogin, args: [get-token, --secret, vigil-fake-arg-99]}",
-            "not probeable (exec-credentials): user \"u\" of context \"x\" gets its credentials from the exec plugin \"kubelogin\"; vigil does not run credential plugins",
+            "not probeable (exec-credentials): user \"u\" of context \"x\" gets its credentials from the exec command \"kubelogin\", which vigil runs only for plugins granted exec-credentials (credentials.exec-credential)",
         ),
         (
             "",
@@ -328,7 +328,7 @@ fn rarer_shapes_select_as_the_host_resolves_them() {
             // Credential plugins are decided before the user's other problems, as on the host.
             "",
             "client-key-data: '!!', exec: {command: aws}",
-            "not probeable (exec-credentials): user \"u\" of context \"x\" gets its credentials from the exec plugin \"aws\"; vigil does not run credential plugins",
+            "not probeable (exec-credentials): user \"u\" of context \"x\" gets its credentials from the exec command \"aws\", which vigil runs only for plugins granted exec-credentials (credentials.exec-credential)",
         ),
     ];
     for (cluster, user, expected) in cases {

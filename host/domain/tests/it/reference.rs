@@ -312,7 +312,7 @@ fn corpus_references_resolve_as_kubectl_would() {
     );
     check(
         "<root>/eks/config#arn:aws:eks:eu-west-1:111122223333:cluster/vigil-demo",
-        "not probeable (exec-credentials): kubeconfig <root>/eks/config: user \"arn:aws:eks:eu-west-1:111122223333:cluster/vigil-demo\" of context \"arn:aws:eks:eu-west-1:111122223333:cluster/vigil-demo\" gets its credentials from the exec plugin \"aws\"; vigil does not run credential plugins",
+        "probeable: exec command \"aws\", CA inline, server https://localhost:7443",
     );
     check(
         "<root>/gke/config",
@@ -547,25 +547,37 @@ fn the_kubeconfigs_directory_is_taken_as_referenced_not_canonicalised() {
 }
 
 #[test]
-fn credential_plugin_messages_name_the_command_but_not_its_arguments_or_environment() {
+fn exec_users_are_described_by_their_command_never_its_arguments_or_environment() {
     let resolution = resolve(&Reference::File {
         path: corpus().join("eks/config").display().to_string(),
         context: None,
     });
-    let Resolution::NotProbeable { class, message } = &resolution else {
-        panic!("expected not probeable, got {resolution:?}");
-    };
-    assert_eq!(*class, ReasonClass::ExecCredentials);
-    assert!(message.contains("\"aws\""), "{message}");
+    let described = resolution.describe();
+    let debugged = format!("{resolution:?}");
+    assert!(described.contains("exec command \"aws\""), "{described}");
     for hidden in [
         "get-token",
         "--role-arn",
         "vigil-fake-exec-arg-secret-3f9d",
-        "AWS_PROFILE",
         "vigil-fake-exec-env-secret-7c21",
     ] {
-        assert!(!message.contains(hidden), "{hidden} in {message}");
+        assert!(!described.contains(hidden), "{hidden} in {described}");
+        assert!(!debugged.contains(hidden), "{hidden} in {debugged}");
     }
+    assert!(!described.contains("AWS_PROFILE"), "{described}");
+    // What the command runs with is kept, for the plugin runtime to run it.
+    let material = connection(resolution);
+    let exec = material.exec.expect("the exec section");
+    assert_eq!(exec.command, "aws");
+    assert!(exec.args.iter().any(|arg| arg == "get-token"));
+    assert_eq!(
+        exec.api_version.as_deref(),
+        Some("client.authentication.k8s.io/v1beta1")
+    );
+    assert_eq!(
+        exec.kubeconfig_dir.as_deref(),
+        Some(corpus().join("eks").as_path())
+    );
 }
 
 /// Writes `yaml` as a kubeconfig in a fresh directory (with `files` beside it), resolves
@@ -703,7 +715,7 @@ fn rarer_kubeconfig_shapes_resolve_as_kubectl_would() {
             "",
             "exec: {apiVersion: client.authentication.k8s.io/v1, command: /opt/bin/kubelogin, args: [get-token, --secret, vigil-fake-arg-99]}",
             &[],
-            "not probeable (exec-credentials): kubeconfig <root>/config: user \"u\" of context \"x\" gets its credentials from the exec plugin \"kubelogin\"; vigil does not run credential plugins",
+            "probeable: exec command \"/opt/bin/kubelogin\", system CA roots, server https://127.0.0.1:6443",
         ),
         (
             "",

@@ -32,7 +32,7 @@ use vigil_domain::reference::{Material, Reference, Resolution, resolve};
 use vigil_plugin_host::{PluginRuntime, RuntimeSettings};
 use vigil_plugin_sdk::apiserver::ApiServer;
 use vigil_plugin_sdk::credentials::CredentialsError;
-use vigil_plugin_sdk::kubeconfig::{self, Kubeconfig, Selection, select};
+use vigil_plugin_sdk::kubeconfig::{self, Kubeconfig, SelectError, Selection, select};
 use vigil_plugin_sdk::{ProbeError, SecretBytes};
 
 use vigil_test_support::corpus as support;
@@ -75,6 +75,10 @@ enum Reading {
     NotProbeable { class: String, message: String },
     /// Only the guest can end here (a read the host denied); never expected.
     Inconclusive { class: String, message: String },
+    /// The user's credentials come from an `exec` command: the host keeps it to run for a
+    /// plugin granted `exec-credentials`, the SDK's reader says so. Both name the context
+    /// and the command's file name.
+    Exec { context: String, command: String },
 }
 
 /// The connection details both readers must agree on.
@@ -132,6 +136,14 @@ fn host_reading(file: &Path, context: Option<&str>) -> Reading {
     });
     let description = resolution.describe();
     match resolution {
+        Resolution::Connection(material) if material.exec.is_some() => Reading::Exec {
+            command: material
+                .exec
+                .as_deref()
+                .map(|exec| exec.command_name())
+                .unwrap_or_default(),
+            context: material.context,
+        },
         Resolution::Connection(material) => Reading::Probeable(Box::new(Connection {
             files: material
                 .files()
@@ -235,6 +247,9 @@ fn guest_reading_of(
     };
     let selection: Selection = match select(bytes.expose_secret(), context) {
         Ok(selection) => selection,
+        Err(SelectError::ExecPlugin {
+            context, command, ..
+        }) => return Reading::Exec { context, command },
         Err(error) => {
             return Reading::NotProbeable {
                 class: contract_class(error.class()),
@@ -496,9 +511,14 @@ async fn the_served_context_reads_as_the_served_kubeconfig_does() {
                 path: file.to_str().expect("corpus paths are UTF-8").to_owned(),
                 context: context.clone(),
             };
+            // An exec user is refused before the call for a plugin without the
+            // `exec-credentials` grant (as this one is): nothing is served to compare.
             let Resolution::Connection(material) = resolve(&reference) else {
                 continue;
             };
+            if material.exec.is_some() {
+                continue;
+            }
             probeable += 1;
             let case = format!(
                 "{relative} #{}",

@@ -365,13 +365,14 @@ async fn secret_references_are_probed_through_the_management_cluster() {
     for (reference, needle) in cases {
         assert_not_probeable(&runtime.probe(&target(reference)).await, needle);
     }
-    // A user whose credentials come from an exec plugin, which vigil does not run.
+    // A user whose credentials come from an exec command: a Secret's kubeconfig does not
+    // run one unless the operator allows it (VIGIL_EXEC_FROM_SECRETS).
     match runtime.probe(&target("secret://vigil/exec")).await {
         ProbeOutcome::NotProbeable {
             class: ReasonClass::ExecCredentials,
             message,
         } => assert!(
-            message.contains("exec plugin \"aws\"") && message.contains("secret://vigil/exec"),
+            message.contains("VIGIL_EXEC_FROM_SECRETS") && message.contains("secret://vigil/exec"),
             "{message}"
         ),
         other => panic!("expected not-probeable(exec-credentials), got {other:?}"),

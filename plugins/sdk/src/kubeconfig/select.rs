@@ -209,9 +209,10 @@ pub enum SelectError {
         /// Its cluster.
         cluster: String,
     },
-    /// The user gets its credentials from an exec plugin, which vigil does not run.
+    /// The user gets its credentials from an exec command, which only vigil runs (for a
+    /// plugin granted `exec-credentials`: `credentials::exec_credential`).
     #[error(
-        "user {user:?} of context {context:?} gets its credentials from the exec plugin {command:?}; vigil does not run credential plugins"
+        "user {user:?} of context {context:?} gets its credentials from the exec command {command:?}, which vigil runs only for plugins granted exec-credentials (credentials.exec-credential)"
     )]
     ExecPlugin {
         /// The user.
