@@ -73,9 +73,29 @@ pub(crate) struct ExecRunner {
     runs: AtomicU64,
 }
 
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct Slot {
     state: tokio::sync::Mutex<SlotState>,
+    /// A credential the cluster refused: never served again. Kept beside the state, whose
+    /// lock a run may hold for seconds, so that reporting a refusal never waits.
+    refused: Mutex<Option<IssuedCredential>>,
+}
+
+impl std::fmt::Debug for Slot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Slot").finish_non_exhaustive()
+    }
+}
+
+impl Slot {
+    /// Whether `credential` is the one the cluster refused.
+    fn is_refused(&self, credential: &IssuedCredential) -> bool {
+        self.refused
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+            == Some(credential)
+    }
 }
 
 #[derive(Default)]
@@ -249,6 +269,7 @@ impl ExecRunner {
             let now = Instant::now();
             if let Some(held) = &state.credential
                 && held.is_fresh(now)
+                && !slot.is_refused(&held.credential)
             {
                 return Ok(held.credential.clone());
             }
@@ -288,18 +309,11 @@ impl ExecRunner {
             slots.get(&served.key).cloned()
         };
         let Some(slot) = slot else { return };
-        // A run in flight replaces the credential anyway.
-        if let Ok(mut state) = slot.state.try_lock()
-            && state
-                .credential
-                .as_ref()
-                .is_some_and(|held| held.credential == served.credential)
-        {
-            state.credential = None;
-            debug!(
-                "the cluster refused an exec credential: its command runs again at the next call"
-            );
-        }
+        *slot
+            .refused
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(served.credential.clone());
+        debug!("the cluster refused an exec credential: its command runs again at the next call");
     }
 
     /// Runs the admitted command once.
