@@ -1016,3 +1016,52 @@ async fn failures_a_plugin_caused_itself_are_never_the_clusters() {
     }
     fleet.shutdown().await;
 }
+
+/// A component built against the contract before `credentials.exec-credential` was added
+/// imports `credentials` without it: it still loads, and its `credentials` calls are served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_built_before_exec_credentials_still_loads_and_is_served() {
+    // The function's name as a component encodes it: its length, then its bytes (the
+    // reason class `exec-credentials` is one byte longer).
+    const FUNCTION: &[u8] = b"\x0fexec-credential";
+    let mentions = |plugin: &str, needle: &[u8]| {
+        let component = std::fs::read(plugin_file(plugin)).expect("read");
+        component.windows(needle.len()).any(|w| w == needle)
+    };
+    assert!(mentions("kubeconfig-file", FUNCTION), "the positive control");
+    assert!(
+        mentions("contract-before-exec", b"vigil:plugin/credentials@0.1.0")
+            && !mentions("contract-before-exec", FUNCTION),
+        "the test plugin must be built against the contract before exec-credential"
+    );
+    let fleet = Fleet::builder()
+        .clusters(1)
+        .addresses(AddressPlan::Auto)
+        .start()
+        .await
+        .expect("fleet");
+    let temp = tempfile::tempdir().expect("tempdir");
+    let kubeconfigs = fleet
+        .write_kubeconfigs(&temp.path().join("kube"), &KubeconfigOptions::default())
+        .expect("kubeconfigs");
+    let dir = plugin_dir(temp.path(), &[("contract-before-exec", ALL_GRANTS)]);
+    let (runtime, report) = load(&dir, None).await;
+    assert!(report.refused.is_empty(), "{report:#?}");
+    let written = &kubeconfigs[0];
+    let endpoint = fleet.clusters()[0].server_url();
+    let outcome = runtime
+        .probe(&target(
+            written,
+            &endpoint,
+            Some("contract-before-exec"),
+            Duration::from_secs(5),
+        ))
+        .await;
+    match outcome {
+        ProbeOutcome::NotProbeable { message, .. } => assert_eq!(
+            message,
+            format!("served context {} of server {endpoint}", written.context)
+        ),
+        other => panic!("expected the served context, got {other:?}"),
+    }
+}
