@@ -1028,7 +1028,10 @@ async fn a_plugin_built_before_exec_credentials_still_loads_and_is_served() {
         let component = std::fs::read(plugin_file(plugin)).expect("read");
         component.windows(needle.len()).any(|w| w == needle)
     };
-    assert!(mentions("kubeconfig-file", FUNCTION), "the positive control");
+    assert!(
+        mentions("kubeconfig-file", FUNCTION),
+        "the positive control"
+    );
     assert!(
         mentions("contract-before-exec", b"vigil:plugin/credentials@0.1.0")
             && !mentions("contract-before-exec", FUNCTION),
