@@ -308,7 +308,7 @@ impl ExecPolicy {
         } else {
             format!(" (reached through {})", found.display())
         };
-        if !self.allow.iter().any(|allowed| *allowed == program) {
+        if !self.allow.contains(&program) {
             let why = if self.allow.is_empty() {
                 "VIGIL_EXEC_ALLOW is empty, so vigil runs no exec command".to_owned()
             } else {

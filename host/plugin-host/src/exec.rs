@@ -360,16 +360,13 @@ impl ExecRunner {
         let finished = tokio::time::timeout(self.settings.timeout, work).await;
         // Whatever happened, nothing the command started outlives it.
         kill_group(group);
-        let (out, err, status) = match finished {
-            Ok(done) => done,
-            Err(_) => {
-                let _ = child.wait().await;
-                info!(command = %program, "exec command killed at its time limit");
-                return Err(format!(
-                    "its exec command {program} did not finish within {} s and was killed",
-                    self.settings.timeout.as_secs_f32()
-                ));
-            }
+        let Ok((out, err, status)) = finished else {
+            let _ = child.wait().await;
+            info!(command = %program, "exec command killed at its time limit");
+            return Err(format!(
+                "its exec command {program} did not finish within {} s and was killed",
+                self.settings.timeout.as_secs_f32()
+            ));
         };
         let stdout = out.map_err(|Overflow| {
             format!(
