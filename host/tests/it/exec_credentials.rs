@@ -1215,6 +1215,66 @@ async fn a_command_that_fails_hangs_or_prints_something_unusable_is_exec_credent
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_most_a_few_commands_run_at_once() {
+    const CLUSTERS: usize = 8;
+    /// `VIGIL_EXEC_MAX_CONCURRENT`'s default.
+    const AT_ONCE: usize = 4;
+    let dir = tempfile::tempdir().unwrap();
+    let kit = Kit::install(dir.path());
+    let kubeconfigs = kit.root.join("kubeconfigs");
+    let fleet = fleet(CLUSTERS, 3).await;
+    let spans = kit.out("spans");
+    // Eight exec configurations (each its own counter), probed together, each command
+    // taking a second to answer.
+    let names: Vec<String> = (0..CLUSTERS).map(|i| format!("slow-{i}")).collect();
+    for (name, cluster) in names.iter().zip(fleet.clusters()) {
+        let exec = Exec::v1(kit.program())
+            .counted(&kit, name)
+            .env("EXEC_KIT_DELAY", "1")
+            .env("EXEC_KIT_SPANS", text(&spans));
+        Kubeconfig::default()
+            .single(name, cluster, &exec)
+            .write(&kubeconfigs.join(format!("{name}.yaml")));
+    }
+    let vigil = Vigil::start(
+        &kit.root,
+        &kubeconfigs,
+        &plugin_dir(&kit.root, &["kubeconfig-file"]),
+        &[("VIGIL_EXEC_ALLOW", kit.program())],
+    )
+    .await;
+    for name in &names {
+        vigil.wait_online(name).await;
+    }
+    vigil.stop().await;
+
+    // The most runs between their start and their answer at any moment.
+    let mut changes: Vec<(f64, i32)> = std::fs::read_to_string(&spans)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let at: f64 = fields[1].parse().unwrap();
+            (at, if fields[0] == "start" { 1 } else { -1 })
+        })
+        .collect();
+    assert_eq!(changes.len(), 2 * CLUSTERS, "one run each: {changes:?}");
+    // An end before a start at the same instant.
+    changes.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let mut running = 0;
+    let mut most = 0;
+    for (_, change) in &changes {
+        running += change;
+        most = most.max(running);
+    }
+    assert!(
+        (2..=AT_ONCE as i32).contains(&most),
+        "{most} commands ran at once (at most {AT_ONCE}, and more than one)"
+    );
+    fleet.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kubeconfig_from_a_secret_runs_its_command_only_with_exec_from_secrets() {
     let dir = tempfile::tempdir().unwrap();
     let kit = Kit::install(dir.path());
