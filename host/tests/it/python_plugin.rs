@@ -340,6 +340,10 @@ fn every_python_shell_command_of_plugins_md_runs_and_the_plugin_is_accepted() {
     if checkout.exists() {
         std::fs::remove_dir_all(&checkout).expect("clean the previous run");
     }
+    let cache = work.join("cache");
+    if cache.exists() {
+        std::fs::remove_dir_all(&cache).expect("clean the previous run's cache");
+    }
     let example = checkout.join("examples").join(NAME);
     std::fs::create_dir_all(&example).expect("mkdir");
     std::os::unix::fs::symlink(root.join("wit"), checkout.join("wit")).expect("symlink");
@@ -362,9 +366,9 @@ fn every_python_shell_command_of_plugins_md_runs_and_the_plugin_is_accepted() {
         .arg(format!("set -euxo pipefail\n{script}"))
         .current_dir(&checkout)
         .env("PATH", path)
-        // Shared by the runs of this test: the compiled interpreter is found again when
-        // componentize-py built the same bytes.
-        .env("VIGIL_CACHE_DIR", work.join("cache"))
+        // Emptied above: componentize-py's output differs from one build to the next, so
+        // an artifact of a previous run would never be found again, only kept.
+        .env("VIGIL_CACHE_DIR", &cache)
         .env_remove("VIGIL_PLUGIN_DIR")
         .env_remove("VIRTUAL_ENV")
         .env("NO_COLOR", "1")
