@@ -1215,6 +1215,82 @@ async fn a_command_that_fails_hangs_or_prints_something_unusable_is_exec_credent
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_slower_than_the_probe_is_exec_credentials_and_killed_at_its_own_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let kit = Kit::install(dir.path());
+    let kubeconfigs = kit.root.join("kubeconfigs");
+    let fleet = fleet(1, 3).await;
+    let cluster = &fleet.clusters()[0];
+    let mode = kit.out("slow.mode");
+    std::fs::write(&mode, "hang").unwrap();
+    let pids = kit.out("slow.pids");
+    Kubeconfig::default()
+        .single(
+            "slow",
+            cluster,
+            &Exec::v1(kit.program())
+                .counted(&kit, "slow")
+                .env("EXEC_KIT_MODE_FILE", text(&mode))
+                .env("EXEC_KIT_PID_FILE", text(&pids)),
+        )
+        .write(&kubeconfigs.join("slow.yaml"));
+    // A probe of 2 s, a command limit of 10 s (the default): the probe gives up first.
+    let vigil = Vigil::start(
+        &kit.root,
+        &kubeconfigs,
+        &plugin_dir(&kit.root, &["kubeconfig-file"]),
+        &[
+            ("VIGIL_EXEC_ALLOW", kit.program()),
+            ("CLUSTER_HEALTH_TIMEOUT", "2"),
+        ],
+    )
+    .await;
+    vigil
+        .wait_for("slow", "probed 3 times", Duration::from_secs(30), |_| {
+            vigil.applied().get("slow").map_or(0, Vec::len) >= 3
+        })
+        .await;
+    let record = vigil.wait_exec_refused("slow", &[]).await;
+    assert_eq!(record.health.status, ClusterStatus::Unknown);
+    assert!(
+        runs(&kit.out("slow.runs")).len() < 3,
+        "a run still going is waited for by the next probe, not started again"
+    );
+
+    // Every process it started is gone once the command's own limit has passed.
+    std::fs::write(&mode, "fail").unwrap();
+    let started: Vec<u32> = std::fs::read_to_string(&pids)
+        .unwrap()
+        .split_whitespace()
+        .map(|pid| pid.parse().unwrap())
+        .collect();
+    assert!(!started.is_empty());
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while started.iter().any(|pid| running(*pid)) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let left: Vec<u32> = started
+        .iter()
+        .copied()
+        .filter(|pid| running(*pid))
+        .collect();
+    for pid in &left {
+        // Cleaning up after a failure: these are the kit's own processes.
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+    }
+    assert!(
+        left.is_empty(),
+        "processes of the slow command still run past its limit: {left:?} of {started:?}"
+    );
+    let log = vigil.stop().await;
+    assert_never_counted(&log, &["slow"]);
+    assert_eq!(cluster.log().count(), 0, "no credential, no request");
+    fleet.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_most_a_few_commands_run_at_once() {
     const CLUSTERS: usize = 8;
     /// `VIGIL_EXEC_MAX_CONCURRENT`'s default.
