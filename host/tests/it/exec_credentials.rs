@@ -60,7 +60,9 @@ impl Kit {
     fn install(dir: &Path) -> Self {
         let root = dir.canonicalize().unwrap();
         let command = root.join("kit/exec-kit");
-        copy_executable(&support::root().join("tests/exec-kit/exec-kit"), &command);
+        // This checkout's kit (the path is the one the test was built from).
+        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/exec-kit/exec-kit");
+        copy_executable(&source, &command);
         std::fs::create_dir_all(root.join("out")).unwrap();
         Self { root, command }
     }
