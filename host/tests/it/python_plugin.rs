@@ -98,6 +98,35 @@ fn plugin_check_accepts_the_python_component_with_its_grants() {
         assert!(text.contains(expected), "{expected} missing: {report:#}");
     }
     assert!(text.contains("\"grants\":[\"http\"]"), "grants: {report:#}");
+
+    // Its compiled code is in the shared cache, written for this build of the component
+    // (by this check or by a test before it), where the other tests find it.
+    let built = std::fs::metadata(component())
+        .and_then(|m| m.modified())
+        .expect("the component's time");
+    let artifacts = cache_artifacts(&cache_dir());
+    assert!(
+        artifacts.iter().any(|(_, written)| *written >= built),
+        "no compiled artifact newer than the component in the cache: {artifacts:?}"
+    );
+}
+
+/// The compiled artifacts under `dir`, with the time each was written.
+fn cache_artifacts(dir: &Path) -> Vec<(PathBuf, std::time::SystemTime)> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(cache_artifacts(&path));
+        } else if path.extension().is_some_and(|e| e == "cwasm") {
+            let written = entry.metadata().and_then(|m| m.modified()).expect("mtime");
+            found.push((path, written));
+        }
+    }
+    found
 }
 
 /// A loopback HTTP server answering each path with a fixed status, headers and body; it
