@@ -786,14 +786,15 @@ pub struct ExecArgs {
     )]
     pub from_secrets: bool,
 
-    /// How long a command may run before it and everything it started are killed.
+    /// How long a command may run before it and everything it started are killed: seconds
+    /// (`10`, `0.5`) or a duration (`1500ms`).
     #[arg(
         id = "exec_timeout",
         long = "exec-timeout",
         env = "VIGIL_EXEC_TIMEOUT",
         value_name = "VIGIL_EXEC_TIMEOUT",
-        default_value = "10s",
-        value_parser = humantime::parse_duration
+        default_value = "10",
+        value_parser = crate::healthcheck::parse_timeout
     )]
     pub timeout: Duration,
 
