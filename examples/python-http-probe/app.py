@@ -56,9 +56,7 @@ class Prober(exports.Prober):
             try:
                 # vigil sends it (only where the egress rules allow), bounded by what is
                 # left of the probe's budget.
-                response = http.send(
-                    http.Request(method="GET", url=url, headers=[], body=None, tls=None, timeout_ms=None)
-                )
+                response = http.send(http.Request("GET", url, [], None, None, None))
             except Err as error:
                 return no_answer(error.value)
             location = header(response, "location")
@@ -68,20 +66,27 @@ class Prober(exports.Prober):
         return judge(expected, needle, response)
 
 
+# What each way a request can get no answer says of the cluster.
+NO_ANSWER = {
+    http.HttpError_Timeout: (ReasonClass.TIMEOUT, "no answer within the probe's budget"),
+    http.HttpError_Refused: (ReasonClass.REFUSED, "connection refused"),
+    http.HttpError_Tls: (ReasonClass.TLS, "TLS handshake failed"),
+    http.HttpError_Dns: (ReasonClass.DNS, "the host name could not be resolved"),
+    http.HttpError_Protocol: (ReasonClass.BAD_RESPONSE, "the exchange failed"),
+    http.HttpError_TooLarge: (ReasonClass.BAD_RESPONSE, "the body exceeded vigil's limit"),
+}
+
+
 def no_answer(error: http.HttpError) -> ProbeReport:
     """A request that got no answer. `denied` is vigil's egress policy saying no, which
     tells nothing of the cluster: inconclusive. Anything else happened on the way to the
-    cluster (refused, timeout, TLS, DNS, a broken exchange): unhealthy."""
+    cluster: unhealthy (vigil believes it only if the cluster was contacted)."""
     if isinstance(error, http.HttpError_Denied):
         message = f"request denied by vigil's egress policy: {error.value}"
         raise Err(ProbeError_Inconclusive(Failure(ReasonClass.DENIED, message)))
-    reason = {
-        http.HttpError_Timeout: ReasonClass.TIMEOUT,
-        http.HttpError_Refused: ReasonClass.REFUSED,
-        http.HttpError_Tls: ReasonClass.TLS,
-        http.HttpError_Dns: ReasonClass.DNS,
-    }.get(type(error), ReasonClass.BAD_RESPONSE)
-    message = f"{reason.name.lower()}: {getattr(error, 'value', 'no answer')}"
+    reason, message = NO_ANSWER[type(error)]
+    if getattr(error, "value", None):
+        message = f"{message}: {error.value}"
     return ProbeReport(Verdict.UNHEALTHY, reason, message, 0, None, [])
 
 
@@ -116,16 +121,19 @@ def judge(expected: set[int], needle: str | None, response: http.Response) -> Pr
     details = [("status", str(response.status))]
     if response.status not in expected:
         wanted = ",".join(str(code) for code in sorted(expected))
-        reason = ReasonClass.SERVER_ERROR if response.status >= 500 else ReasonClass.BAD_RESPONSE
+        server = response.status >= 500
+        reason = ReasonClass.SERVER_ERROR if server else ReasonClass.BAD_RESPONSE
         failed.append((reason, f"status {response.status}, expected {wanted}"))
     if needle is not None and needle.encode() not in response.body:
         size = len(response.body)
-        failed.append((ReasonClass.BAD_RESPONSE, f"the body ({size} bytes) does not contain {needle!r}"))
+        message = f"the body ({size} bytes) does not contain {needle!r}"
+        failed.append((ReasonClass.BAD_RESPONSE, message))
         details.append(("body-bytes", str(size)))
-    verdict, reason = Verdict.UNHEALTHY, failed[0][0] if failed else None
+    message = "; ".join(text for _, text in failed) or f"status {response.status}"
     if not failed:
-        verdict = Verdict.HEALTHY
+        verdict, reason = Verdict.HEALTHY, None
     elif response.status in (401, 403) and response.status not in expected:
         verdict, reason = Verdict.CREDENTIALS_REJECTED, ReasonClass.UNAUTHORIZED
-    message = "; ".join(text for _, text in failed) or f"status {response.status}"
+    else:
+        verdict, reason = Verdict.UNHEALTHY, failed[0][0]
     return ProbeReport(verdict, reason, message, response.latency_ms, None, details)
