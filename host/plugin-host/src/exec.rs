@@ -554,10 +554,17 @@ mod tests {
             .trim()
             .parse()
             .unwrap();
-        // Killed and reaped by init or by us: gone, or a zombie at most.
-        let alive = std::fs::read_to_string(format!("/proc/{child}/stat"))
-            .is_ok_and(|stat| !stat.contains(") Z "));
-        assert!(!alive, "the command's child {child} outlived it");
+        // Killed (SIGKILL is delivered asynchronously, so give it a moment) and reaped by
+        // init or by us: gone, or a zombie at most.
+        let alive = || {
+            std::fs::read_to_string(format!("/proc/{child}/stat"))
+                .is_ok_and(|stat| !stat.contains(") Z "))
+        };
+        let waited = Instant::now();
+        while alive() && waited.elapsed() < Duration::from_secs(5) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(!alive(), "the command's child {child} outlived it");
     }
 
     #[tokio::test]

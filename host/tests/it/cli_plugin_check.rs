@@ -112,7 +112,11 @@ fn the_template_and_first_party_plugins_are_accepted_with_their_info_and_grants(
 
     // The first-party plugins, as they are built.
     for (name, schemes, grants) in [
-        ("kubeconfig-file", "file", "credentials, http"),
+        (
+            "kubeconfig-file",
+            "file",
+            "credentials, exec-credentials, http",
+        ),
         ("http", "http, https", "log, credentials, http"),
     ] {
         let file = vigil_test_support::plugin_file(name);
