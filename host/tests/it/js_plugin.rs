@@ -25,7 +25,7 @@ use serde_json::Value;
 use vigil_fake_kube::kubeconfig::write_kubeconfigs;
 use vigil_fake_kube::{AddressPlan, Fleet, KubeconfigOptions, KubeconfigShape, ShapePlan};
 
-use crate::plugins_doc::root;
+use crate::plugins_doc::{root, run_guide};
 use crate::process::{self, Running, log_lines, message, tail, vigil};
 
 /// The plugin's name: its file is `js-version-probe.wasm`, its grants `js-version-probe.toml`.
@@ -451,29 +451,12 @@ fn every_shell_command_of_the_javascript_guide_runs_and_its_plugin_is_accepted()
         &checkout.join("examples").join("js-version-probe"),
     );
 
-    let vigil = PathBuf::from(env!("CARGO_BIN_EXE_vigil"));
-    let path = std::env::join_paths(
-        std::iter::once(vigil.parent().expect("bin dir").to_path_buf()).chain(
-            std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
-        ),
-    )
-    .expect("PATH");
-    let output = Command::new("bash")
-        .arg("-c")
-        .arg(format!("set -euxo pipefail\n{script}"))
-        .current_dir(&checkout)
-        .env("PATH", path)
-        .env("VIGIL_CACHE_DIR", work.join("cache"))
-        .env_remove("VIGIL_PLUGIN_DIR")
-        .env("NO_COLOR", "1")
-        .output()
-        .expect("run bash");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "the JavaScript guide's commands failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
-        output.status
+    let stdout = run_guide(
+        "the JavaScript guide's commands",
+        &script,
+        &checkout,
+        &work.join("cache"),
+        |_| {},
     );
     assert!(stdout.contains("(accepted)"), "{stdout}");
     assert!(

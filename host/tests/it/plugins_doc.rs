@@ -66,6 +66,45 @@ pub(crate) fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
+/// Runs `script` (a guide's shell blocks, `guide` naming them in a failure) as a new user
+/// would: in one bash shell (`set -euxo pipefail`) in `dir`, with the built `vigil` first on
+/// `PATH`, no `VIGIL_PLUGIN_DIR`, `cache` as vigil's compiled-plugin cache (where a new
+/// user's shell would not point), and whatever else `configure` sets. Fails the test when
+/// a command fails; returns the standard output.
+pub(crate) fn run_guide(
+    guide: &str,
+    script: &str,
+    dir: &Path,
+    cache: &Path,
+    configure: impl FnOnce(&mut Command),
+) -> String {
+    let vigil = PathBuf::from(env!("CARGO_BIN_EXE_vigil"));
+    let path = std::env::join_paths(
+        std::iter::once(vigil.parent().expect("bin dir").to_path_buf()).chain(
+            std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
+        ),
+    )
+    .expect("PATH");
+    let mut bash = Command::new("bash");
+    bash.arg("-c")
+        .arg(format!("set -euxo pipefail\n{script}"))
+        .current_dir(dir)
+        .env("PATH", path)
+        .env("VIGIL_CACHE_DIR", cache)
+        .env_remove("VIGIL_PLUGIN_DIR")
+        .env("NO_COLOR", "1");
+    configure(&mut bash);
+    let output = bash.output().expect("run bash");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "{guide} failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        output.status
+    );
+    stdout
+}
+
 #[test]
 fn the_guide_blocks_extract_in_order_and_only_sh() {
     let blocks = fenced_blocks(
@@ -110,31 +149,14 @@ fn every_shell_command_of_plugins_md_runs_and_the_template_is_accepted() {
     std::os::unix::fs::symlink(&build_dir, template.join("target")).expect("symlink");
     let cache = work.join("cache");
 
-    let vigil = PathBuf::from(env!("CARGO_BIN_EXE_vigil"));
-    let path = std::env::join_paths(
-        std::iter::once(vigil.parent().expect("bin dir").to_path_buf()).chain(
-            std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
-        ),
-    )
-    .expect("PATH");
-    let output = Command::new("bash")
-        .arg("-c")
-        .arg(format!("set -euxo pipefail\n{script}"))
-        .current_dir(&checkout)
-        .env("PATH", path)
-        // Where a new user's shell would not point: vigil's compiled-plugin cache.
-        .env("VIGIL_CACHE_DIR", &cache)
-        .env_remove("CARGO_TARGET_DIR")
-        .env_remove("VIGIL_PLUGIN_DIR")
-        .env("NO_COLOR", "1")
-        .output()
-        .expect("run bash");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "PLUGINS.md's commands failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
-        output.status
+    let stdout = run_guide(
+        "PLUGINS.md's commands",
+        &script,
+        &checkout,
+        &cache,
+        |bash| {
+            bash.env_remove("CARGO_TARGET_DIR");
+        },
     );
     // `vigil plugin check` accepted the template and printed its grants.
     assert!(stdout.contains("(accepted)"), "{stdout}");

@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use vigil_decision::ClusterStatus;
 use vigil_store::{ClusterRecord, Store};
 
-use crate::plugins_doc::root;
+use crate::plugins_doc::{root, run_guide};
 use crate::process::{Running, log_lines, message, tail, vigil};
 
 const NAME: &str = "python-http-probe";
@@ -383,32 +383,16 @@ fn every_python_shell_command_of_plugins_md_runs_and_the_plugin_is_accepted() {
         }
     }
 
-    let vigil = PathBuf::from(env!("CARGO_BIN_EXE_vigil"));
-    let path = std::env::join_paths(
-        std::iter::once(vigil.parent().expect("bin dir").to_path_buf()).chain(
-            std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
-        ),
-    )
-    .expect("PATH");
-    let output = Command::new("bash")
-        .arg("-c")
-        .arg(format!("set -euxo pipefail\n{script}"))
-        .current_dir(&checkout)
-        .env("PATH", path)
-        // Emptied above: componentize-py's output differs from one build to the next, so
-        // an artifact of a previous run would never be found again, only kept.
-        .env("VIGIL_CACHE_DIR", &cache)
-        .env_remove("VIGIL_PLUGIN_DIR")
-        .env_remove("VIRTUAL_ENV")
-        .env("NO_COLOR", "1")
-        .output()
-        .expect("run bash");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "PLUGINS.md's Python commands failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
-        output.status
+    // The cache was emptied above: componentize-py's output differs from one build to the
+    // next, so an artifact of a previous run would never be found again, only kept.
+    let stdout = run_guide(
+        "PLUGINS.md's Python commands",
+        &script,
+        &checkout,
+        &cache,
+        |bash| {
+            bash.env_remove("VIRTUAL_ENV");
+        },
     );
     assert!(stdout.contains("componentize-py 0.25.1"), "{stdout}");
     assert!(stdout.contains("(accepted)"), "{stdout}");
