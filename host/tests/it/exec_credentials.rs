@@ -281,6 +281,29 @@ fn running(pid: u32) -> bool {
     })
 }
 
+/// Waits up to `within` for every process of `started` to be gone (or a zombie), kills any
+/// left (the kit's own processes, cleaned up after a failure), and fails naming them.
+async fn assert_all_gone(started: &[u32], within: Duration, what: &str) {
+    let deadline = Instant::now() + within;
+    while started.iter().any(|pid| running(*pid)) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let left: Vec<u32> = started
+        .iter()
+        .copied()
+        .filter(|pid| running(*pid))
+        .collect();
+    for pid in &left {
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+    }
+    assert!(
+        left.is_empty(),
+        "processes of {what} still run past the time limit: {left:?} of {started:?}"
+    );
+}
+
 /// The requests a fake cluster answered, with the credentials they carried.
 fn auth_seen(cluster: &ClusterHandle) -> Vec<(AuthUsed, Option<u16>)> {
     cluster
@@ -1151,25 +1174,7 @@ async fn a_command_that_fails_hangs_or_prints_something_unusable_is_exec_credent
         started.len() >= 4,
         "two runs, two processes each: {started:?}"
     );
-    let deadline = Instant::now() + Duration::from_secs(8);
-    while started.iter().any(|pid| running(*pid)) && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let left: Vec<u32> = started
-        .iter()
-        .copied()
-        .filter(|pid| running(*pid))
-        .collect();
-    for pid in &left {
-        // Cleaning up after a failure: these are the kit's own processes.
-        let _ = std::process::Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .status();
-    }
-    assert!(
-        left.is_empty(),
-        "processes of the hanging command still run past the time limit: {left:?} of {started:?}"
-    );
+    assert_all_gone(&started, Duration::from_secs(8), "the hanging command").await;
 
     // A cluster whose command starts failing keeps its status and its apps.
     std::fs::write(&turning_mode, "fail").unwrap();
@@ -1267,25 +1272,7 @@ async fn a_command_slower_than_the_probe_is_exec_credentials_and_killed_at_its_o
         .map(|pid| pid.parse().unwrap())
         .collect();
     assert!(!started.is_empty());
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while started.iter().any(|pid| running(*pid)) && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let left: Vec<u32> = started
-        .iter()
-        .copied()
-        .filter(|pid| running(*pid))
-        .collect();
-    for pid in &left {
-        // Cleaning up after a failure: these are the kit's own processes.
-        let _ = std::process::Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .status();
-    }
-    assert!(
-        left.is_empty(),
-        "processes of the slow command still run past its limit: {left:?} of {started:?}"
-    );
+    assert_all_gone(&started, Duration::from_secs(15), "the slow command").await;
     let log = vigil.stop().await;
     assert_never_counted(&log, &["slow"]);
     assert_eq!(cluster.log().count(), 0, "no credential, no request");
