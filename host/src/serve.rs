@@ -751,7 +751,7 @@ async fn run<P: Prober>(
     );
 
     if owner.holds(&store, "discovery", DISCOVERY_LEASE).await {
-        run_discovery(&store, &sources, &handle).await?;
+        run_discovery(&store, &sources, &config.plugins.exec.policy, &handle).await?;
     } else {
         info!("another replica holds discovery: it writes what the kubeconfig sources define");
     }
@@ -795,6 +795,7 @@ async fn run<P: Prober>(
         let sources = sources.clone();
         let handle = handle.clone();
         let owner = owner.clone();
+        let exec_policy = config.plugins.exec.policy.clone();
         async move {
             while changed_rx.recv().await.is_some() {
                 if !owner.holds(&store, "discovery", DISCOVERY_LEASE).await {
@@ -802,7 +803,7 @@ async fn run<P: Prober>(
                     continue;
                 }
                 info!("kubeconfig sources changed; discovering again");
-                if let Err(error) = run_discovery(&store, &sources, &handle).await {
+                if let Err(error) = run_discovery(&store, &sources, &exec_policy, &handle).await {
                     warn!(error = %error_chain(&error), "discovery failed");
                 }
             }

@@ -22,6 +22,8 @@ use base64::Engine as _;
 use kube::config::{Cluster, ExecConfig, ExecInteractiveMode};
 use serde::Deserialize;
 
+use crate::reference::Resolution;
+
 /// The `v1` version of the protocol.
 pub const API_V1: &str = "client.authentication.k8s.io/v1";
 /// The `v1beta1` version of the protocol.
@@ -397,6 +399,58 @@ impl ExecPolicy {
         env.retain(|(name, _)| name != EXEC_INFO_VARIABLE);
         env.push((EXEC_INFO_VARIABLE.into(), exec_info.into()));
         env
+    }
+}
+
+/// Whether a context can be probed, and the line that says why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Probeability {
+    /// Whether it can be probed.
+    pub probeable: bool,
+    /// Why (or why not), in the words of the engine's log.
+    pub described: String,
+}
+
+/// `resolution` judged as the engine would, its `exec` command (if any) by `policy`, with
+/// vigil's own `PATH` as `path_var`: what discovery logs and `vigil discover --dry-run`
+/// prints. (Whether the plugin that will probe it is granted `exec-credentials` is known
+/// only when it probes.)
+pub fn judge(
+    resolution: &Resolution,
+    policy: &ExecPolicy,
+    path_var: Option<&OsStr>,
+) -> Probeability {
+    if let Resolution::Connection(material) = resolution
+        && let Some(spec) = material.exec.as_deref()
+    {
+        let owner = format!(
+            "kubeconfig {}: user {:?} of context {:?}",
+            material.kubeconfig.display(),
+            material.user.as_deref().unwrap_or_default(),
+            material.context
+        );
+        return match policy.admit(spec, path_var) {
+            Ok(admitted) => Probeability {
+                probeable: true,
+                described: format!(
+                    "{}; exec command {} allowed by VIGIL_EXEC_ALLOW (for plugins granted exec-credentials)",
+                    resolution.describe(),
+                    admitted.program.display()
+                ),
+            },
+            Err(why) => Probeability {
+                probeable: false,
+                described: Resolution::NotProbeable {
+                    class: vigil_decision::ReasonClass::ExecCredentials,
+                    message: format!("{owner}: {why}"),
+                }
+                .describe(),
+            },
+        };
+    }
+    Probeability {
+        probeable: !matches!(resolution, Resolution::NotProbeable { .. }),
+        described: resolution.describe(),
     }
 }
 

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use tracing::{info, warn};
 use vigil_domain::discovery::{self, Sources};
+use vigil_domain::exec::{ExecPolicy, judge};
 use vigil_domain::probe::wall_clock;
 use vigil_domain::reference::{self, Reference};
 use vigil_store::{DiscoveredClusterRow, Store, StoreError, UpsertSummary};
@@ -13,9 +14,13 @@ use crate::worker::WorkerHandle;
 
 /// Reads every kubeconfig source, upserts what it found, and logs what it
 /// found and why each cluster is or is not probeable.
+///
+/// A cluster whose user runs an `exec` command is judged by `exec` (the operator's policy),
+/// as `vigil discover --dry-run` judges it.
 pub async fn run_discovery(
     store: &Store,
     sources: &Sources,
+    exec: &ExecPolicy,
     worker: &WorkerHandle,
 ) -> Result<UpsertSummary, StoreError> {
     let scan = {
@@ -60,11 +65,15 @@ pub async fn run_discovery(
     let clusters = Arc::new(report.clusters);
     let described = {
         let clusters = Arc::clone(&clusters);
+        let exec = exec.clone();
         tokio::task::spawn_blocking(move || {
+            let path_var = std::env::var_os("PATH");
             clusters
                 .iter()
                 .map(|c| match Reference::parse(&c.reference) {
-                    Ok(reference) => reference::resolve(&reference).describe(),
+                    Ok(reference) => {
+                        judge(&reference::resolve(&reference), &exec, path_var.as_deref()).described
+                    }
                     Err(error) => format!("not probeable (reference-broken): {error}"),
                 })
                 .collect::<Vec<_>>()

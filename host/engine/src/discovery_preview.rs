@@ -8,14 +8,13 @@
 //! every context would then be inserted.
 
 use std::collections::HashMap;
-use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 use vigil_decision::Timestamp;
 
 use vigil_domain::discovery::{self, DiscoveryReport, Sources};
-use vigil_domain::exec::ExecPolicy;
+use vigil_domain::exec::{ExecPolicy, Probeability, judge};
 use vigil_domain::reference::{self, Reference, Resolution};
 use vigil_store::{
     DiscoveredClusterRow, ExistingDatabase, FieldChange, Store, StoreError, UpsertSummary,
@@ -317,48 +316,6 @@ pub async fn preview(
         &resolutions,
         summary,
     ))
-}
-
-/// Whether a context can be probed, and the line that says why.
-struct Probeability {
-    probeable: bool,
-    described: String,
-}
-
-/// `resolution` judged as the engine would, its `exec` command (if any) by `exec`.
-fn judge(resolution: &Resolution, exec: &ExecPolicy, path_var: Option<&OsStr>) -> Probeability {
-    if let Resolution::Connection(material) = resolution
-        && let Some(spec) = material.exec.as_deref()
-    {
-        let owner = format!(
-            "kubeconfig {}: user {:?} of context {:?}",
-            material.kubeconfig.display(),
-            material.user.as_deref().unwrap_or_default(),
-            material.context
-        );
-        return match exec.admit(spec, path_var) {
-            Ok(admitted) => Probeability {
-                probeable: true,
-                described: format!(
-                    "{}; exec command {} allowed by VIGIL_EXEC_ALLOW (for plugins granted exec-credentials)",
-                    resolution.describe(),
-                    admitted.program.display()
-                ),
-            },
-            Err(why) => Probeability {
-                probeable: false,
-                described: Resolution::NotProbeable {
-                    class: vigil_decision::ReasonClass::ExecCredentials,
-                    message: format!("{owner}: {why}"),
-                }
-                .describe(),
-            },
-        };
-    }
-    Probeability {
-        probeable: !matches!(resolution, Resolution::NotProbeable { .. }),
-        described: resolution.describe(),
-    }
 }
 
 /// The plan on an empty database: every context is new.
