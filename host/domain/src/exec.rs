@@ -22,7 +22,7 @@ use base64::Engine as _;
 use kube::config::{Cluster, ExecConfig, ExecInteractiveMode};
 use serde::Deserialize;
 
-use crate::reference::Resolution;
+use crate::reference::{ConnectionMaterial, Resolution};
 
 /// The `v1` version of the protocol.
 pub const API_V1: &str = "client.authentication.k8s.io/v1";
@@ -411,6 +411,16 @@ pub struct Probeability {
     pub described: String,
 }
 
+/// How messages about an `exec` user name it: `kubeconfig PATH: user "U" of context "C"`.
+pub fn owner(material: &ConnectionMaterial) -> String {
+    format!(
+        "kubeconfig {}: user {:?} of context {:?}",
+        material.kubeconfig.display(),
+        material.user.as_deref().unwrap_or_default(),
+        material.context
+    )
+}
+
 /// `resolution` judged as the engine would, its `exec` command (if any) by `policy`, with
 /// vigil's own `PATH` as `path_var`: what discovery logs and `vigil discover --dry-run`
 /// prints. (Whether the plugin that will probe it is granted `exec-credentials` is known
@@ -423,12 +433,7 @@ pub fn judge(
     if let Resolution::Connection(material) = resolution
         && let Some(spec) = material.exec.as_deref()
     {
-        let owner = format!(
-            "kubeconfig {}: user {:?} of context {:?}",
-            material.kubeconfig.display(),
-            material.user.as_deref().unwrap_or_default(),
-            material.context
-        );
+        let owner = owner(material);
         return match policy.admit(spec, path_var) {
             Ok(admitted) => Probeability {
                 probeable: true,

@@ -1218,7 +1218,7 @@ impl PluginRuntime {
     fn exec_refused(&self, plugin: &LoadedPlugin, target: &ProbeTarget) -> Option<ProbeOutcome> {
         let material = target.connection.as_deref()?;
         let spec = material.exec.as_deref()?;
-        let owner = exec_owner(material);
+        let owner = vigil_domain::exec::owner(material);
         let message = if plugin.manifest.exec_credentials && plugin.manifest.credentials {
             let refusal = self.inner.exec.admit(spec).err()?;
             format!("{owner}: {refusal}")
@@ -1283,16 +1283,6 @@ impl Prober for PluginRuntime {
     fn credential_roots(&self) -> Option<Arc<[PathBuf]>> {
         Some(Arc::clone(&self.inner.credential_dirs))
     }
-}
-
-/// How messages about an `exec` user name it: `kubeconfig PATH: user "U" of context "C"`.
-pub(crate) fn exec_owner(material: &vigil_domain::reference::ConnectionMaterial) -> String {
-    format!(
-        "kubeconfig {}: user {:?} of context {:?}",
-        material.kubeconfig.display(),
-        material.user.as_deref().unwrap_or_default(),
-        material.context
-    )
 }
 
 fn stats_of(plugin: &LoadedPlugin) -> PluginStats {

@@ -549,7 +549,7 @@ impl CallState {
                 }
             }
         };
-        let owner = crate::exec_owner(&material);
+        let owner = vigil_domain::exec::owner(&material);
         let Some(spec) = material.exec.as_deref() else {
             return Err(E::NotFound(format!(
                 "{owner}: the user has no exec section"
