@@ -9,17 +9,17 @@ use vigil_test_support::engine as support;
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use http_body_util::BodyExt as _;
-use process::{Running, vigil};
+use process::{Vigil, vigil};
 use tower::ServiceExt as _;
 use vigil_api::EventFeed;
 use vigil_decision::Timestamp;
+use vigil_test_support::wait;
 
 fn events_request() -> Request<Body> {
     Request::get("/api/v1/events")
@@ -74,9 +74,15 @@ async fn event_streams_share_one_notifier_under_a_cap() {
         "the refusal names the setting: {problem}"
     );
 
-    // Idle streams: the feed's own pace, whatever the number of streams.
+    // Idle streams: the feed's own pace, whatever the number of streams. Measured over
+    // eight looks at the store (about 2 s at the feed's pace).
     let (polls, since) = (feed.polls(), Instant::now());
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    wait::until_async_true(
+        "the feed looks at the store eight times",
+        Duration::from_secs(30),
+        async || feed.polls() - polls >= 8,
+    )
+    .await;
     let asked = feed.polls() - polls;
     let ticks = u64::try_from(since.elapsed().as_millis() / 250).expect("ticks");
     assert!(
@@ -121,38 +127,19 @@ fn raise_open_files() -> u64 {
 }
 
 /// `vigil serve` with no cluster and no plugin, logging to `DIR/vigil.log`, with
-/// `settings`; its API address.
-fn serve(dir: &Path, settings: &[(&str, String)]) -> (Running, String) {
+/// `settings`, once its start-up is over (its first discovery done: the descriptors it
+/// holds are then the ones it keeps); its API address.
+fn serve(dir: &Path, settings: &[(&str, String)]) -> (Vigil, String) {
     let kubeconfigs = dir.join("kubeconfigs");
     std::fs::create_dir_all(&kubeconfigs).expect("mkdir");
-    let log = dir.join("vigil.log");
-    let mut command = vigil(dir);
-    command
-        .arg("serve")
-        .env("KUBECONFIG_DIR", &kubeconfigs)
-        .env("VIGIL_PLUGIN_DIR", dir.join("no-plugins"))
-        .stderr(Stdio::from(std::fs::File::create(&log).expect("log")));
-    for (name, value) in settings {
-        command.env(name, value);
-    }
-    let mut server = Running(command.spawn().expect("spawn vigil"));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        if let Some(line) = text.lines().find(|l| l.contains("REST API listening")) {
-            let (_, rest) = line.split_once("listen=").expect("listen=");
-            let address = rest.split_whitespace().next().expect("address").to_owned();
-            return (server, address);
-        }
-        if let Some(status) = server.try_wait().expect("wait") {
-            panic!("vigil serve exited with {status:?}:\n{text}");
-        }
-        assert!(
-            Instant::now() < deadline,
-            "vigil serve never listened:\n{text}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let server = process::serve(dir)
+        .kubeconfigs(&kubeconfigs)
+        .plugins(dir.join("no-plugins"))
+        .envs(settings.iter().cloned())
+        .until_discovered()
+        .start_blocking();
+    let address = server.api().to_string();
+    (server, address)
 }
 
 fn connect(address: &str) -> TcpStream {
@@ -233,30 +220,35 @@ fn closed_by_server(stream: &mut TcpStream) -> bool {
 
 /// Polls `GET path` on fresh connections until it answers `expected`.
 fn wait_for_status(address: &str, path: &str, expected: u16) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let mut stream = connect(address);
-        let answer = if write!(
-            stream,
-            "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-        )
-        .is_ok()
-        {
-            let mut text = String::new();
-            let _ = stream.read_to_string(&mut text);
-            text
-        } else {
-            String::new()
-        };
-        if answer.split_whitespace().nth(1) == Some(&expected.to_string()) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{path} never answered {expected}; last: {answer:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let last = std::cell::RefCell::new(String::new());
+    wait::until(
+        &format!("{path} answers {expected}"),
+        Duration::from_secs(30),
+        || {
+            format!(
+                "{path} never answered {expected}; last: {:?}",
+                last.borrow()
+            )
+        },
+        || {
+            let mut stream = connect(address);
+            let answer = if write!(
+                stream,
+                "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+            )
+            .is_ok()
+            {
+                let mut text = String::new();
+                let _ = stream.read_to_string(&mut text);
+                text
+            } else {
+                String::new()
+            };
+            let done = answer.split_whitespace().nth(1) == Some(&expected.to_string());
+            *last.borrow_mut() = answer;
+            done.then_some(())
+        },
+    );
 }
 
 /// Open file descriptors of a process.
@@ -297,7 +289,7 @@ fn a_server_full_of_idle_connections_and_streams_keeps_answering_within_its_caps
             ("VIGIL_API_HEADER_READ_TIMEOUT", "3600".to_owned()),
         ],
     );
-    let before = open_files_of(server.id());
+    let before = open_files_of(server.pid());
 
     let idle_connections: Vec<TcpStream> = (0..idle).map(|_| connect(&address)).collect();
     let mut streams = Vec::with_capacity(STREAMS);
@@ -308,7 +300,7 @@ fn a_server_full_of_idle_connections_and_streams_keeps_answering_within_its_caps
         streams.push(stream);
     }
     // The server holds every one of them (an accepted socket each).
-    let held = open_files_of(server.id()) - before;
+    let held = open_files_of(server.pid()) - before;
     assert!(
         held >= idle + STREAMS,
         "the server holds {held} descriptors more, for {idle} idle connections and {STREAMS} streams"
@@ -337,20 +329,21 @@ fn a_server_full_of_idle_connections_and_streams_keeps_answering_within_its_caps
     // A stream that ends gives its place back.
     drop(streams.pop());
     wait_for_status(&address, "/healthz", 200);
-    let mut replacement = connect(&address);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let answer = get(&mut replacement, "/api/v1/events", false);
-        if status(&answer) == 200 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the freed stream place never came back: {answer}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-        replacement = connect(&address);
-    }
+    let last = std::cell::RefCell::new(String::new());
+    let replacement = wait::until(
+        "the freed stream place comes back",
+        Duration::from_secs(30),
+        || format!("the freed stream place never came back: {}", last.borrow()),
+        || {
+            let mut replacement = connect(&address);
+            let answer = get(&mut replacement, "/api/v1/events", false);
+            if status(&answer) == 200 {
+                return Some(replacement);
+            }
+            *last.borrow_mut() = answer;
+            None
+        },
+    );
     streams.push(replacement);
 
     // Fill the connection cap and go past it: each connection asks for /healthz and stays

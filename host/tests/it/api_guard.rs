@@ -4,7 +4,6 @@
 //! The router through `oneshot`, and the real `vigil serve` on loopback with raw HTTP and
 //! the `vigil` CLI.
 
-use std::fs::File;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
@@ -27,7 +26,7 @@ use vigil_engine::worker::Worker;
 use crate::process;
 use vigil_test_support::engine as support;
 
-use process::{Running, listening_on, sigterm, vigil, wait_exit};
+use process::vigil;
 use support::{Behaviour, Sandbox, ScriptedProber, settings};
 
 const TOKEN: &str = "guard-token-0123456789";
@@ -585,15 +584,9 @@ fn post(address: &str, host: &str, origin: Option<&str>) -> (u16, String) {
 #[test]
 fn a_running_server_without_token_guards_host_and_origin_and_the_cli_still_works() {
     let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("vigil.log");
     // No plugin directory, no kubeconfig: an engine with nothing to probe.
-    let mut server = vigil(dir.path())
-        .arg("serve")
-        .stderr(File::create(&log).unwrap())
-        .spawn()
-        .map(Running)
-        .unwrap();
-    let address = listening_on(&log, &mut server);
+    let server = process::serve(dir.path()).start_blocking();
+    let address = server.api().to_string();
     let port = address.rsplit_once(':').unwrap().1;
 
     let (status, body) = get(&address, "evil.example");
@@ -625,6 +618,5 @@ fn a_running_server_without_token_guards_host_and_origin_and_the_cli_still_works
     let clusters: Value = serde_json::from_slice(&output.stdout).unwrap();
     assert!(clusters.is_array(), "{clusters}");
 
-    sigterm(&server);
-    assert!(wait_exit(&mut server, Duration::from_secs(15)).success());
+    server.stop();
 }

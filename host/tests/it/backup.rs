@@ -4,10 +4,9 @@
 //! the copy is taken. The copy passes SQLite's integrity check, opens as a store, and holds
 //! every cluster, the outage and the markers the source holds, and a prefix of its history.
 
-use std::fs::File;
 use std::path::Path;
 use std::process::Output;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use vigil_decision::{AppStatus, ClusterStatus};
 use vigil_domain::probe::wall_clock;
@@ -15,8 +14,9 @@ use vigil_fake_kube::kubeconfig::write_kubeconfigs;
 use vigil_fake_kube::{AddressPlan, Fleet, KubeconfigOptions, KubeconfigShape, ShapePlan};
 use vigil_store::{ExistingDatabase, Store};
 
-use crate::process::{Running, log_lines, message, sigterm, tail, vigil, wait_exit};
+use crate::process::{self, vigil};
 use vigil_test_support as plugins;
+use vigil_test_support::wait;
 
 /// Everything a restore must bring back, in a form two stores can be compared by.
 async fn state(store: &Store) -> String {
@@ -74,58 +74,38 @@ async fn a_backup_taken_while_the_engine_writes_restores_the_fleet_its_outage_an
     let (down, up) = (&names[0], &names[1]);
 
     let database = dir.path().join("vigil.db");
-    let log = dir.path().join("vigil.log");
-    let mut child = vigil(dir.path())
-        .arg("serve")
-        .env("KUBECONFIG_DIR", &kubeconfigs)
-        .env(
-            "VIGIL_PLUGIN_DIR",
-            plugins::plugin_dir_with_only(dir.path(), "kubeconfig-file"),
-        )
-        .env(
-            "VIGIL_CACHE_DIR",
-            Path::new(env!("CARGO_TARGET_TMPDIR")).join("plugins-e2e-cache"),
-        )
-        .env("CLUSTER_HEALTH_INTERVAL", "1")
-        .env("CLUSTER_HEALTH_TIMEOUT", "5")
-        .env("CLUSTER_HEALTH_FAILURE_THRESHOLD", "2")
+    let mut child = process::serve(dir.path())
+        .kubeconfigs(&kubeconfigs)
+        .plugins(plugins::plugin_dir_with_only(dir.path(), "kubeconfig-file"))
+        .cache(Path::new(env!("CARGO_TARGET_TMPDIR")).join("plugins-e2e-cache"))
+        .policy(1, 5, 2)
         .env("VIGIL_LOG_FORMAT", "json")
-        .stderr(File::create(&log).unwrap())
-        .spawn()
-        .map(Running)
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !log_lines(&log)
-        .iter()
-        .any(|l| message(l) == "discovery done")
-    {
-        if let Some(status) = child.try_wait().unwrap() {
-            panic!("vigil exited with {status:?}:\n{}", tail(&log));
-        }
-        assert!(Instant::now() < deadline, "no discovery:\n{}", tail(&log));
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        .until_discovered()
+        .start()
+        .await;
+    let log = child.log_path().to_path_buf();
     let source = Store::open(&format!("sqlite://{}", database.display()))
         .await
         .unwrap();
     let wait_for = async |what: &str, check: &dyn Fn(&[vigil_store::ClusterRecord]) -> bool| {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let clusters = source.clusters().await.unwrap();
-            if check(&clusters) {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "never {what}: {:?}\n{}",
-                clusters
+        let last = std::cell::RefCell::new(Vec::new());
+        wait::until_async(
+            what,
+            Duration::from_secs(60),
+            || format!("never {what}: {:?}\n{}", last.borrow(), process::tail(&log)),
+            async || {
+                let clusters = source.clusters().await.unwrap();
+                if check(&clusters) {
+                    return Some(());
+                }
+                *last.borrow_mut() = clusters
                     .iter()
-                    .map(|c| (&c.name, c.health.status))
-                    .collect::<Vec<_>>(),
-                tail(&log)
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+                    .map(|c| (c.name.clone(), c.health.status))
+                    .collect::<Vec<_>>();
+                None
+            },
+        )
+        .await;
     };
     wait_for("all ONLINE", &|clusters| {
         clusters.len() == 4
@@ -203,14 +183,16 @@ async fn a_backup_taken_while_the_engine_writes_restores_the_fleet_its_outage_an
 
     // The engine kept writing after the copy; then it stops, and the source is read.
     let probed_after_copy = last_probe().await;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while last_probe().await <= probed_after_copy {
-        assert!(Instant::now() < deadline, "no probe written after the copy");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    sigterm(&child);
-    let status = wait_exit(&mut child, Duration::from_secs(15));
-    assert!(status.success(), "{status:?}\n{}", tail(&log));
+    wait::until_async(
+        "a probe is written after the copy",
+        Duration::from_secs(30),
+        || format!("no probe written after the copy\n{}", process::tail(&log)),
+        async || (last_probe().await > probed_after_copy).then_some(()),
+    )
+    .await;
+    child.signal("TERM");
+    let status = child.wait_exit(Duration::from_secs(15));
+    assert!(status.success(), "{status:?}\n{}", child.tail());
     let expected = state(&source).await;
     let source_events = source.events(None).await.unwrap();
     let probed_last = last_probe().await;

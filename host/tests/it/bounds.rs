@@ -5,10 +5,16 @@
 //! or a bound.
 
 use std::collections::BTreeMap;
+#[cfg(feature = "system-tests")]
 use std::fs::File;
+#[cfg(feature = "system-tests")]
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+#[cfg(feature = "system-tests")]
+use std::path::PathBuf;
+#[cfg(feature = "system-tests")]
 use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use vigil_decision::PolicyOverrides;
@@ -17,10 +23,9 @@ use vigil_fake_kube::{AddressPlan, Fleet, KubeconfigOptions, ShapePlan};
 
 use crate::process;
 use vigil_test_support as plugins;
-use vigil_test_support::engine;
+use vigil_test_support::{engine, wait};
 
 use engine::{Behaviour, Sandbox, ScriptedProber, settings, wait_until};
-use process::{Running, log_lines, message, sigterm, tail, vigil, wait_exit};
 
 /// The one request a probe makes.
 const NAMESPACES: &str = "/api/v1/namespaces";
@@ -28,56 +33,33 @@ const NAMESPACES: &str = "/api/v1/namespaces";
 /// The API token of these tests.
 const TOKEN: &str = "bounds-test-token-0123456789";
 
-/// A running `vigil serve` and where its API listens.
+/// A running `vigil serve`, with the API token of these tests.
 struct Vigil {
-    child: Running,
-    log: PathBuf,
+    vigil: process::Vigil,
     api: std::net::SocketAddr,
 }
 
 impl Vigil {
-    /// Starts `command` (a `vigil serve`, maybe wrapped) logging JSON to `dir/vigil.log`,
-    /// and waits for its first discovery.
-    async fn start(dir: &Path, mut command: Command) -> Self {
-        let log = dir.join("vigil.log");
-        let mut child = command
-            .env("VIGIL_LOG_FORMAT", "json")
+    /// Starts `serve` with the token, logging JSON filtered by `filter`, and waits for its
+    /// first discovery.
+    async fn start(serve: process::Serve, filter: &str) -> Self {
+        let vigil = serve
+            .json_log(filter)
             .env("VIGIL_API_TOKEN", TOKEN)
-            .env(
-                "VIGIL_CACHE_DIR",
-                Path::new(env!("CARGO_TARGET_TMPDIR")).join("bounds-cache"),
-            )
-            .stderr(File::create(&log).unwrap())
-            .spawn()
-            .map(Running)
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            let lines = log_lines(&log);
-            if lines.iter().any(|l| message(l) == "discovery done") {
-                let api = lines
-                    .iter()
-                    .find(|l| message(l) == "REST API listening")
-                    .and_then(|l| l["fields"]["listen"].as_str()?.parse().ok())
-                    .expect("the API's address is logged");
-                return Self { child, log, api };
-            }
-            if let Some(status) = child.try_wait().unwrap() {
-                panic!("vigil exited with {status:?}:\n{}", tail(&log));
-            }
-            assert!(
-                Instant::now() < deadline,
-                "vigil did not discover within 120 s:\n{}",
-                tail(&log)
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            .cache(Path::new(env!("CARGO_TARGET_TMPDIR")).join("bounds-cache"))
+            .until_discovered()
+            .start()
+            .await;
+        Self {
+            api: vigil.api(),
+            vigil,
         }
     }
 
     /// Fails the test if vigil is no longer running.
     fn assert_running(&mut self) {
-        if let Some(status) = self.child.try_wait().unwrap() {
-            panic!("vigil exited with {status:?}:\n{}", tail(&self.log));
+        if let Some(status) = self.vigil.try_wait() {
+            panic!("vigil exited with {status:?}:\n{}", self.vigil.tail());
         }
     }
 
@@ -91,25 +73,21 @@ impl Vigil {
     async fn wait_online(&self, names: &[String]) {
         let deadline = Instant::now() + Duration::from_secs(60);
         for name in names {
-            loop {
-                let cluster = self.get_json(&format!("/api/v1/clusters/{name}")).await;
-                if cluster["status"] == "ONLINE" {
-                    break;
-                }
-                assert!(
-                    Instant::now() < deadline,
-                    "{name} never went ONLINE: {cluster}\n{}",
-                    tail(&self.log)
-                );
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
+            wait::until_async(
+                &format!("{name} is ONLINE"),
+                deadline.saturating_duration_since(Instant::now()),
+                || self.vigil.tail(),
+                async || {
+                    let cluster = self.get_json(&format!("/api/v1/clusters/{name}")).await;
+                    (cluster["status"] == "ONLINE").then_some(())
+                },
+            )
+            .await;
         }
     }
 
-    fn stop(mut self) {
-        sigterm(&self.child);
-        let status = wait_exit(&mut self.child, Duration::from_secs(20));
-        assert!(status.success(), "exit {status:?}\n{}", tail(&self.log));
+    fn stop(self) {
+        self.vigil.stop();
     }
 }
 
@@ -206,23 +184,21 @@ async fn a_flood_of_probe_now_calls_is_bounded_and_the_schedule_and_probation_ho
         .collect();
     let plugin_dir = plugins::plugin_dir_with_only(dir.path(), "kubeconfig-file");
 
-    let mut command = vigil(dir.path());
-    command
-        .arg("serve")
-        .env("KUBECONFIG_DIR", &kubeconfigs)
-        .env("VIGIL_PLUGIN_DIR", &plugin_dir)
+    let serve = process::serve(dir.path())
+        .kubeconfigs(&kubeconfigs)
+        .plugins(&plugin_dir)
         .env("CLUSTER_HEALTH_INTERVAL", "5")
         .env("CLUSTER_HEALTH_TIMEOUT", "3")
         .env("CLUSTER_HEALTH_CONCURRENCY", "8")
         // A replacement stays on probation through the test, and one inconclusive probe
         // would roll it back.
         .env("VIGIL_PLUGIN_PROBATION_PROBES", "100000")
-        .env("VIGIL_PLUGIN_PROBATION_MAX_INCONCLUSIVE", "0")
-        .env(
-            "RUST_LOG",
-            "info,vigil_plugin_host=debug,cranelift_codegen=info,wasmtime=info",
-        );
-    let mut vigil = Vigil::start(dir.path(), command).await;
+        .env("VIGIL_PLUGIN_PROBATION_MAX_INCONCLUSIVE", "0");
+    let mut vigil = Vigil::start(
+        serve,
+        "info,vigil_plugin_host=debug,cranelift_codegen=info,wasmtime=info",
+    )
+    .await;
     vigil.wait_online(&names).await;
 
     // A new generation of the plugin, on probation.
@@ -291,20 +267,27 @@ async fn a_flood_of_probe_now_calls_is_bounded_and_the_schedule_and_probation_ho
 
     // The schedule goes on: every cluster gets its scheduled probes after the flood.
     let before = probes_seen(&fleet);
-    let deadline = Instant::now() + Duration::from_secs(40);
-    loop {
+    let starved = || {
         let now = probes_seen(&fleet);
-        let starved: Vec<&String> = names.iter().filter(|n| now[*n] < before[*n] + 2).collect();
-        if starved.is_empty() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "clusters without two scheduled probes after the flood: {starved:?}\n{}",
-            tail(&vigil.log)
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        names
+            .iter()
+            .filter(|n| now[*n] < before[*n] + 2)
+            .cloned()
+            .collect::<Vec<String>>()
+    };
+    wait::until_async(
+        "every cluster gets two scheduled probes after the flood",
+        Duration::from_secs(40),
+        || {
+            format!(
+                "clusters without two scheduled probes after the flood: {:?}\n{}",
+                starved(),
+                vigil.vigil.tail()
+            )
+        },
+        async || starved().is_empty().then_some(()),
+    )
+    .await;
 
     // No probe was anyone's fault, and the probation saw none inconclusive.
     let scrape = http(vigil.api, "GET", "/metrics").await.body;
@@ -348,6 +331,7 @@ async fn plugin_view(vigil: &Vigil) -> serde_json::Value {
 }
 
 /// Whether this process may make a private mount namespace and mount a tmpfs in it.
+#[cfg(feature = "system-tests")]
 fn private_tmpfs_works() -> bool {
     Command::new("unshare")
         .args(["-m", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /mnt"])
@@ -358,6 +342,7 @@ fn private_tmpfs_works() -> bool {
 }
 
 /// Writes zeros to `path` until the file system holding it is full.
+#[cfg(feature = "system-tests")]
 fn fill(path: &Path) -> u64 {
     let mut file = File::create(path).unwrap();
     let block = vec![0u8; 64 * 1024];
@@ -385,7 +370,9 @@ fn fill(path: &Path) -> u64 {
 /// not stop writes; a full file system does), filled under a running engine: vigil stays
 /// up, each cluster is probed at most about once per interval (not back to back),
 /// `/readyz` answers 503 saying that store writes fail, and once space is freed the
-/// results are written again and `/readyz` recovers.
+/// results are written again and `/readyz` recovers. A system test: a mount namespace
+/// and a tmpfs need root.
+#[cfg(feature = "system-tests")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_under_a_running_engine_backs_off_and_readyz_says_why() {
     assert!(
@@ -419,45 +406,29 @@ async fn a_full_disk_under_a_running_engine_backs_off_and_readyz_says_why() {
         .collect();
 
     // `vigil serve` in a mount namespace of its own, its database on a small tmpfs there.
-    let template = vigil(dir.path());
-    let mut command = Command::new("unshare");
-    command
-        .args([
-            "-m",
-            "--propagation",
-            "private",
-            "sh",
-            "-c",
-            "mount -t tmpfs -o size=4m tmpfs \"$1\" && shift && exec \"$@\"",
-            "sh",
-        ])
-        .arg(&db_dir)
-        .arg(template.get_program())
-        .arg("serve")
-        .current_dir(dir.path())
-        .env_clear()
-        .envs(
-            template
-                .get_envs()
-                .filter_map(|(k, v)| Some((k.to_owned(), v?.to_owned()))),
-        )
-        .stdin(Stdio::null())
-        .env(
-            "DATABASE_URL",
-            format!("sqlite://{}", db_dir.join("vigil.db").display()),
-        )
-        .env("KUBECONFIG_DIR", &kubeconfigs)
-        .env(
-            "VIGIL_PLUGIN_DIR",
-            plugins::plugin_dir_with_only(dir.path(), "kubeconfig-file"),
-        )
+    let serve = process::serve(dir.path())
+        .database(format!("sqlite://{}", db_dir.join("vigil.db").display()))
+        .kubeconfigs(&kubeconfigs)
+        .plugins(plugins::plugin_dir_with_only(dir.path(), "kubeconfig-file"))
         .env("CLUSTER_HEALTH_INTERVAL", INTERVAL.to_string())
         .env("CLUSTER_HEALTH_TIMEOUT", "1")
-        .env("RUST_LOG", "info,cranelift_codegen=info,wasmtime=info");
-    let mut vigil = Vigil::start(dir.path(), command).await;
+        .wrapped("unshare", {
+            let args: [&std::ffi::OsStr; 8] = [
+                "-m".as_ref(),
+                "--propagation".as_ref(),
+                "private".as_ref(),
+                "sh".as_ref(),
+                "-c".as_ref(),
+                "mount -t tmpfs -o size=4m tmpfs \"$1\" && shift && exec \"$@\"".as_ref(),
+                "sh".as_ref(),
+                db_dir.as_os_str(),
+            ];
+            args
+        });
+    let mut vigil = Vigil::start(serve, "info,cranelift_codegen=info,wasmtime=info").await;
     vigil.wait_online(&names).await;
     // The tmpfs as vigil sees it: `sh` exec'd vigil, so the child is vigil itself.
-    let private_db_dir = PathBuf::from(format!("/proc/{}/root", vigil.child.id()))
+    let private_db_dir = PathBuf::from(format!("/proc/{}/root", vigil.vigil.pid()))
         .join(db_dir.strip_prefix("/").unwrap());
     assert!(
         private_db_dir.join("vigil.db").is_file(),
@@ -473,21 +444,21 @@ async fn a_full_disk_under_a_running_engine_backs_off_and_readyz_says_why() {
     assert!(filled > 0);
 
     // `/readyz` says that writes fail, and why.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let ready = loop {
-        let answer = http(vigil.api, "GET", "/readyz").await;
-        if answer.status == 503 {
-            break serde_json::from_str::<serde_json::Value>(&answer.body).unwrap();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "/readyz still answers {} after the disk filled: {}\n{}",
-            answer.status,
-            answer.body,
-            tail(&vigil.log)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let last = std::cell::RefCell::new(None);
+    let ready = wait::until_async(
+        "/readyz answers 503 after the disk filled",
+        Duration::from_secs(30),
+        || format!("last answer: {:?}\n{}", last.borrow(), vigil.vigil.tail()),
+        async || {
+            let answer = http(vigil.api, "GET", "/readyz").await;
+            if answer.status == 503 {
+                return Some(serde_json::from_str::<serde_json::Value>(&answer.body).unwrap());
+            }
+            *last.borrow_mut() = Some(answer);
+            None
+        },
+    )
+    .await;
     assert_eq!(ready["store_writes"], false, "{ready}");
     assert_eq!(ready["ready"], false, "{ready}");
     let reasons = ready["reasons"].to_string();
@@ -496,37 +467,62 @@ async fn a_full_disk_under_a_running_engine_backs_off_and_readyz_says_why() {
         "{ready}"
     );
 
-    // Over a window of 10 intervals, each cluster is probed at least once (probing goes
-    // on) and at most once per interval and a little: never back to back.
-    let window = Duration::from_secs(10 * INTERVAL);
+    // Over a window that ends once every cluster was probed twice more (probing goes on),
+    // each is probed at most once per interval and a little: never back to back. (Held
+    // back for its interval, doubling with each failed write, it takes a few intervals.)
     let before = probes_seen(&fleet);
-    tokio::time::sleep(window).await;
+    let since = Instant::now();
+    wait::until_async(
+        "every cluster probed twice more with the disk full",
+        Duration::from_secs(60),
+        || vigil.vigil.tail(),
+        async || {
+            let now = probes_seen(&fleet);
+            names
+                .iter()
+                .all(|name| now[name] >= before[name] + 2)
+                .then_some(())
+        },
+    )
+    .await;
     let after = probes_seen(&fleet);
+    let window = since.elapsed();
     vigil.assert_running();
+    // Ten intervals allowed twelve probes: once per interval and a fifth, and one for the
+    // window's start falling just before a probe.
+    let intervals = window.as_secs_f64() / INTERVAL as f64;
+    let most = (intervals * 1.2).ceil() as usize + 1;
     for name in &names {
         let probes = after[name] - before[name];
         assert!(
-            (1..=12).contains(&probes),
+            (1..=most).contains(&probes),
             "{name}: {probes} probes in {window:?} with the disk full\n{}",
-            tail(&vigil.log)
+            vigil.vigil.tail()
         );
     }
 
     // Space again: results are written, `/readyz` recovers.
     std::fs::remove_file(&filler).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let answer = http(vigil.api, "GET", "/readyz").await;
-        if answer.status == 200 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "/readyz did not recover after space was freed: {}",
-            answer.body
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let last = std::cell::RefCell::new(String::new());
+    wait::until_async(
+        "/readyz recovers after space was freed",
+        Duration::from_secs(60),
+        || {
+            format!(
+                "/readyz did not recover after space was freed: {}",
+                last.borrow()
+            )
+        },
+        async || {
+            let answer = http(vigil.api, "GET", "/readyz").await;
+            if answer.status == 200 {
+                return Some(());
+            }
+            *last.borrow_mut() = answer.body;
+            None
+        },
+    )
+    .await;
     vigil.stop();
     fleet.shutdown().await;
 }
@@ -556,9 +552,19 @@ async fn a_failing_schedule_read_is_retried_and_the_worker_keeps_running() {
     let prober = ScriptedProber::new(Behaviour::healthy());
     let worker = vigil_engine::worker::Worker::new(store.clone(), prober.clone(), settings(1, 2));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(worker.run(async move {
-        let _ = stopped.await;
-    }));
+    // The worker's own log, to count its failed reads.
+    let log = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("vigil_engine=debug"))
+        .with_ansi(false)
+        .with_writer(log.clone())
+        .finish();
+    let running = tokio::spawn(tracing::instrument::WithSubscriber::with_subscriber(
+        worker.run(async move {
+            let _ = stopped.await;
+        }),
+        subscriber,
+    ));
     // Written, not only probed: results wait a moment for others to share their commit.
     wait_until(
         Duration::from_secs(10),
@@ -586,8 +592,16 @@ async fn a_failing_schedule_read_is_retried_and_the_worker_keeps_running() {
         .execute(&mut admin)
         .await
         .unwrap();
-    // Long enough for many looks of the worker (it looks at least every 100 ms).
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Until the worker looked, failed and backed off several times.
+    let failed_reads = || log.text().matches("schedule read failed").count();
+    let before = failed_reads();
+    wait::until_async(
+        "the worker fails to read the schedule three times",
+        Duration::from_secs(30),
+        || log.text(),
+        async || (failed_reads() >= before + 3).then_some(()),
+    )
+    .await;
     assert!(
         !running.is_finished(),
         "the worker ended on a failed read: {:?}",
@@ -619,4 +633,36 @@ async fn a_failing_schedule_read_is_retried_and_the_worker_keeps_running() {
     let stats = running.await.unwrap();
     assert!(stats.applied >= 4, "{stats:?}");
     store.close().await;
+}
+
+/// Everything written through `tracing` while it is set, as text without colours.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Captured {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(PoisonError::into_inner)).into_owned()
+    }
+}
+
+impl std::io::Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
+    type Writer = Self;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
 }

@@ -29,7 +29,7 @@ impl std::fmt::Display for Run {
 }
 
 fn vigil(args: &[&str], stdin: Option<&[u8]>) -> Run {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vigil"))
+    let mut child = Command::new(crate::process::binary())
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

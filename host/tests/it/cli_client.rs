@@ -2,11 +2,10 @@
 //! (also the real binary, probing through the first-party `kubeconfig-file` plugin of
 //! `plugins.d/`) and the fake Kubernetes API server over TLS. Every address is on loopback.
 
-use std::fs::File;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Output;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use vigil_fake_kube::kubeconfig::write_kubeconfigs;
 use vigil_fake_kube::{AddressPlan, Fleet, KubeconfigOptions, ShapePlan};
@@ -15,7 +14,8 @@ use vigil_store::Store;
 use crate::process;
 use vigil_test_support as plugins;
 
-use process::{Running, listening_on, sigterm, vigil, wait_exit};
+use process::{Vigil, vigil};
+use vigil_test_support::wait;
 
 /// The server's token.
 const TOKEN: &str = "cli-test-token-0123456789abcdef";
@@ -69,41 +69,26 @@ struct Setup {
     dir: PathBuf,
     kubeconfigs: PathBuf,
     url: String,
-    log: PathBuf,
-    server: Running,
+    server: Vigil,
     /// Every output of the CLI, scanned for secrets at the end.
     outputs: Vec<String>,
 }
 
 impl Setup {
     fn start(dir: &Path, kubeconfigs: &Path) -> Self {
-        let log = dir.join("vigil.log");
-        let mut server = vigil(dir)
-            .arg("serve")
-            .env("KUBECONFIG_DIR", kubeconfigs)
-            .env(
-                "VIGIL_PLUGIN_DIR",
-                plugins::plugin_dir_with_only(dir, "kubeconfig-file"),
-            )
-            .env("VIGIL_CACHE_DIR", cache_dir())
-            // A port of its own, read back from the log.
-            .env("VIGIL_LISTEN", "127.0.0.1:0")
+        let server = process::serve(dir)
+            .kubeconfigs(kubeconfigs)
+            .plugins(plugins::plugin_dir_with_only(dir, "kubeconfig-file"))
+            .cache(cache_dir())
             .env("VIGIL_API_TOKEN", TOKEN)
             // After the first probes nothing is due for an hour: every later probe is
             // one of this test's.
-            .env("CLUSTER_HEALTH_INTERVAL", "3600")
-            .env("CLUSTER_HEALTH_TIMEOUT", "2")
-            .env("CLUSTER_HEALTH_FAILURE_THRESHOLD", "2")
-            .stderr(File::create(&log).unwrap())
-            .spawn()
-            .map(Running)
-            .unwrap();
-        let url = format!("http://{}", listening_on(&log, &mut server));
+            .policy(3600, 2, 2)
+            .start_blocking();
         Self {
             dir: dir.to_path_buf(),
             kubeconfigs: kubeconfigs.to_path_buf(),
-            url,
-            log,
+            url: server.url(),
             server,
             outputs: Vec::new(),
         }
@@ -142,36 +127,42 @@ impl Setup {
 
     /// Waits until every cluster of `names` is ONLINE, as `vigil status` shows it.
     fn wait_online(&mut self, names: &[String]) {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            if let Some(status) = self.server.try_wait().unwrap() {
-                panic!("vigil serve exited with {status:?}:\n{}", self.tail());
-            }
-            let run = self.run(&["status", "-o", "json"], None);
-            if run.code == Some(0) {
-                let clusters = run.json();
-                let online = names.iter().all(|name| {
-                    clusters.as_array().unwrap().iter().any(|c| {
-                        c["name"].as_str() == Some(name) && c["status"].as_str() == Some("ONLINE")
-                    })
-                });
-                if online {
-                    return;
+        let log = self.server.log_path().to_path_buf();
+        let last = std::cell::RefCell::new(String::new());
+        wait::until(
+            "the clusters are ONLINE",
+            Duration::from_secs(120),
+            || {
+                format!(
+                    "the clusters never became ONLINE; last status: {}\n{}",
+                    last.borrow(),
+                    process::tail(&log)
+                )
+            },
+            || {
+                if let Some(status) = self.server.try_wait() {
+                    panic!(
+                        "vigil serve exited with {status:?}:\n{}",
+                        self.server.tail()
+                    );
                 }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the clusters never became ONLINE; last status: {run}\n{}",
-                self.tail()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(30)..].join("\n")
+                let run = self.run(&["status", "-o", "json"], None);
+                if run.code == Some(0) {
+                    let clusters = run.json();
+                    let online = names.iter().all(|name| {
+                        clusters.as_array().unwrap().iter().any(|c| {
+                            c["name"].as_str() == Some(name)
+                                && c["status"].as_str() == Some("ONLINE")
+                        })
+                    });
+                    if online {
+                        return Some(());
+                    }
+                }
+                *last.borrow_mut() = run.to_string();
+                None
+            },
+        );
     }
 
     async fn store(&self) -> Store {
@@ -193,11 +184,9 @@ impl Setup {
         kinds
     }
 
-    fn stop(mut self) -> Vec<String> {
-        sigterm(&self.server);
-        let status = wait_exit(&mut self.server, Duration::from_secs(15));
-        assert!(status.success(), "exit {status:?}\n{}", self.tail());
-        std::mem::take(&mut self.outputs)
+    fn stop(self) -> Vec<String> {
+        self.server.stop();
+        self.outputs
     }
 }
 

@@ -1,9 +1,10 @@
 //! `vigil plugin check FILE.wasm [--cluster NAME]` — the real binary — on the built
 //! plugins: the template of `examples/` and the first-party plugins are accepted with
 //! their info and grants; a file that is not a component, a wrong world, a future contract
-//! version, a trap in `info()` and a broken `NAME.toml` are each refused with the engine's
-//! reason and exit code 4. With `--cluster` one probe reaches the fake cluster and the
-//! database is left byte for byte as it was.
+//! version, a trap in `info()`, a broken `NAME.toml` and a component past the limits of
+//! vigil's instance pool are each refused with the engine's reason and exit code 4. With
+//! `--cluster` one probe reaches the fake cluster and the database is left byte for byte
+//! as it was.
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -414,4 +415,40 @@ async fn a_cluster_is_probed_once_through_the_plugin_and_the_database_is_unchang
         "no outcome recorded: {record:?}"
     );
     store.close().await;
+}
+
+/// A component instantiating three times a core module that defines one memory: three
+/// memories, one more than a component may have.
+const THREE_MEMORIES: &[u8] = &[
+    0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x00, // a component
+    0x01, 0x0d, // its core module, 13 bytes:
+    0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, // a core module
+    0x05, 0x03, 0x01, 0x00, 0x01, // one memory of one page
+    0x02, 0x0a, 0x03, // three core instances of it
+    0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+];
+
+#[test]
+fn plugin_check_refuses_a_component_past_the_pool_s_limits_naming_the_limit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wasm = dir.path().join("three-memories.wasm");
+    std::fs::write(&wasm, THREE_MEMORIES).expect("write");
+    let output = vigil(dir.path())
+        .args(["plugin", "check"])
+        .arg(&wasm)
+        .env("VIGIL_CACHE_DIR", dir.path().join("cache"))
+        .output()
+        .expect("run vigil plugin check");
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(output.status.code(), Some(4), "{printed}");
+    assert!(
+        printed.contains(
+            "it does not fit vigil's instance pool: it needs 3 memories; vigil allows 2 per component"
+        ),
+        "{printed}"
+    );
 }

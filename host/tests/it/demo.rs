@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use crate::process;
 
-use process::{Running, sigterm};
+use process::Running;
 
 fn repository() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -26,7 +26,7 @@ fn repository() -> PathBuf {
 #[test]
 fn the_demo_shows_an_outage_its_cascade_and_the_recovery() {
     let root = repository();
-    let vigil = PathBuf::from(env!("CARGO_BIN_EXE_vigil"));
+    let vigil = process::binary().to_path_buf();
     let fake_kube = vigil.with_file_name("fake-kube");
     assert!(
         fake_kube.is_file(),
@@ -70,7 +70,7 @@ fn the_demo_shows_an_outage_its_cascade_and_the_recovery() {
             match received.recv_timeout(left) {
                 Ok(line) => output.push(line),
                 Err(_) => {
-                    sigterm(&demo);
+                    process::signal(demo.id(), "TERM");
                     panic!(
                         "the demo never printed {wanted:?} (deadline or end of output):\n{}",
                         output.join("\n")

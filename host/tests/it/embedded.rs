@@ -6,17 +6,18 @@
 //! [`embedded_plugins_serve`] is shared with install.rs, which runs it on the binary that
 //! `cargo install` gives.
 
-use std::fs::File;
 use std::io::{Read as _, Write as _};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 use vigil_fake_kube::{AddressPlan, Fleet, KubeconfigOptions};
 use vigil_test_support as plugins;
+use vigil_test_support::serve::Serve;
+use vigil_test_support::wait;
 
-use crate::process::{Running, listening_on, sigterm, vigil, vigil_at, wait_exit};
+use crate::process::{self, vigil};
 
 /// The API token of the servers these tests start.
 const TOKEN: &str = "embedded-test-token-0123456789ab";
@@ -26,35 +27,26 @@ const EMBEDDED: [&str; 4] = ["http", "kube-secret", "kubeconfig-file", "pdb-audi
 
 /// A running `vigil serve` and where it answers.
 struct Server {
-    process: Running,
+    process: process::Vigil,
     address: SocketAddr,
-    log: PathBuf,
 }
 
 impl Server {
     /// `vigil serve` from `program`, in `dir`, discovering `kubeconfigs`, with the plugin
     /// directory `dir/plugins.d` (which does not exist unless the caller made it).
-    fn start(program: &Path, dir: &Path, kubeconfigs: &Path, embedded: bool) -> Self {
-        let log = dir.join("vigil.log");
-        let mut process = vigil_at(program, dir)
-            .arg("serve")
+    async fn start(program: &Path, dir: &Path, kubeconfigs: &Path, embedded: bool) -> Self {
+        let process = Serve::new(program, dir)
             .env("VIGIL_PLUGINS_EMBEDDED", embedded.to_string())
-            .env("KUBECONFIG_DIR", kubeconfigs)
-            .env("VIGIL_PLUGIN_DIR", dir.join("plugins.d"))
-            .env("VIGIL_CACHE_DIR", dir.join("cache"))
+            .kubeconfigs(kubeconfigs)
+            .plugins(dir.join("plugins.d"))
+            .cache(dir.join("cache"))
             .env("VIGIL_API_TOKEN", TOKEN)
             .env("CLUSTER_HEALTH_INTERVAL", "1")
             .env("CLUSTER_HEALTH_TIMEOUT", "5")
-            .stderr(File::create(&log).unwrap())
-            .spawn()
-            .map(Running)
-            .unwrap();
-        let address = listening_on(&log, &mut process).parse().unwrap();
-        Self {
-            process,
-            address,
-            log,
-        }
+            .start()
+            .await;
+        let address = process.api();
+        Self { process, address }
     }
 
     fn get(&self, path: &str) -> Value {
@@ -76,40 +68,61 @@ impl Server {
         request(self.address, "POST", "/api/v1/plugins/reload")
     }
 
+    /// Waits until `check` holds for the API's view of `cluster`, and returns that view.
+    /// The view is `Null` until discovery has run (the cluster is not found before).
+    async fn wait_cluster(
+        &mut self,
+        cluster: &str,
+        what: &str,
+        within: Duration,
+        check: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let address = self.address;
+        let last = std::cell::RefCell::new(Value::Null);
+        let log = self.process.log_path().to_owned();
+        let running = &mut self.process;
+        wait::until_async(
+            &format!("{cluster} is {what}"),
+            within,
+            || {
+                format!(
+                    "{cluster} is now {}\n{}",
+                    last.borrow(),
+                    process::tail(&log)
+                )
+            },
+            async || {
+                if let Some(status) = running.try_wait() {
+                    panic!("vigil serve exited with {status}:\n{}", running.tail());
+                }
+                let view = try_request(address, "GET", &format!("/api/v1/clusters/{cluster}"))
+                    .unwrap_or_default();
+                let done = check(&view);
+                *last.borrow_mut() = view.clone();
+                done.then_some(view)
+            },
+        )
+        .await
+    }
+
     /// Waits until `cluster` is ONLINE, last probed by generation `generation` of the
     /// `kubeconfig-file` plugin.
-    fn wait_probed_online(&mut self, cluster: &str, generation: u64) {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            if let Some(status) = self.process.try_wait().unwrap() {
-                panic!("vigil serve exited with {status:?}:\n{}", self.tail());
-            }
-            // Not found until discovery has run.
-            let view = try_request(self.address, "GET", &format!("/api/v1/clusters/{cluster}"))
-                .unwrap_or_default();
-            if view["status"] == "ONLINE"
-                && view["last_probed_by"]["plugin"] == "kubeconfig-file"
-                && view["last_probed_by"]["generation"] == generation
-            {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{cluster} was never ONLINE by kubeconfig-file generation {generation}: {view}\n{}",
-                self.tail()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+    async fn wait_probed_online(&mut self, cluster: &str, generation: u64) {
+        self.wait_cluster(
+            cluster,
+            &format!("ONLINE by kubeconfig-file generation {generation}"),
+            Duration::from_secs(120),
+            |view| {
+                view["status"] == "ONLINE"
+                    && view["last_probed_by"]["plugin"] == "kubeconfig-file"
+                    && view["last_probed_by"]["generation"] == generation
+            },
+        )
+        .await;
     }
 
-    fn tail(&self) -> String {
-        crate::process::tail(&self.log)
-    }
-
-    fn stop(mut self) {
-        sigterm(&self.process);
-        let status = wait_exit(&mut self.process, Duration::from_secs(20));
-        assert!(status.success(), "exit {status:?}\n{}", self.tail());
+    fn stop(self) {
+        self.process.stop();
     }
 }
 
@@ -140,8 +153,8 @@ pub async fn embedded_plugins_serve(program: &Path) {
     let plugin_dir = dir.join("plugins.d");
     assert!(!plugin_dir.exists());
 
-    let mut server = Server::start(program, dir, &kubeconfigs, true);
-    server.wait_probed_online(&cluster, 1);
+    let mut server = Server::start(program, dir, &kubeconfigs, true).await;
+    server.wait_probed_online(&cluster, 1).await;
     every_metric_of_the_alert_rules_is_exported(&server);
     let listed = server.plugins();
     let names: Vec<&str> = listed.iter().filter_map(|p| p["name"].as_str()).collect();
@@ -173,8 +186,8 @@ pub async fn embedded_plugins_serve(program: &Path) {
     );
     assert_eq!(overriding["generation"], 2, "{overriding}");
     assert_eq!(server.plugin("http")["source"], "embedded");
-    server.wait_probed_online(&cluster, 2);
-    let log = std::fs::read_to_string(&server.log).unwrap();
+    server.wait_probed_online(&cluster, 2).await;
+    let log = server.process.log();
     assert!(
         log.lines().any(|l| l.contains("plugin generation promoted")
             && l.contains("kubeconfig-file")
@@ -195,13 +208,13 @@ pub async fn embedded_plugins_serve(program: &Path) {
     let back = server.plugin("kubeconfig-file");
     assert_eq!(back["source"], "embedded", "{back}");
     assert_eq!(back["generation"], 3, "{back}");
-    server.wait_probed_online(&cluster, 3);
+    server.wait_probed_online(&cluster, 3).await;
     server.stop();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_embedded_plugins_serve_without_a_plugin_directory_and_a_file_overrides_one() {
-    embedded_plugins_serve(Path::new(env!("CARGO_BIN_EXE_vigil"))).await;
+    embedded_plugins_serve(process::binary()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -210,27 +223,13 @@ async fn embedded_plugins_can_be_turned_off() {
     let dir = temp.path();
     let (_fleet, kubeconfigs, cluster) = one_cluster(dir).await;
     std::fs::create_dir_all(dir.join("plugins.d")).unwrap();
-    let server = Server::start(
-        Path::new(env!("CARGO_BIN_EXE_vigil")),
-        dir,
-        &kubeconfigs,
-        false,
-    );
+    let mut server = Server::start(process::binary(), dir, &kubeconfigs, false).await;
     // Discovered, but with no plugin nothing can probe it.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let view = loop {
-        // Not found until discovery has run.
-        let view = try_request(
-            server.address,
-            "GET",
-            &format!("/api/v1/clusters/{cluster}"),
-        )
-        .unwrap_or_default();
-        if view["last_probe"].is_string() || Instant::now() > deadline {
-            break view;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let view = server
+        .wait_cluster(&cluster, "probed", Duration::from_secs(60), |view| {
+            view["last_probe"].is_string()
+        })
+        .await;
     assert_eq!(server.plugins(), Vec::<Value>::new());
     assert_eq!(view["last_outcome"], "not-probeable", "{view}");
     assert_ne!(view["status"], "ONLINE", "{view}");

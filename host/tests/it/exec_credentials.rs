@@ -10,12 +10,12 @@
 //! scanned, with the API's answers and the database's bytes, for every token and key the
 //! command printed.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::File;
 use std::io::{Read as _, Write as _};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
@@ -26,11 +26,12 @@ use vigil_fake_kube::{
     AddressPlan, AuthUsed, ClusterHandle, Fixtures, Fleet, KubeconfigShape, User,
 };
 use vigil_store::{ClusterRecord, Store};
+use vigil_test_support::wait;
 
 use crate::process;
 use vigil_test_support as support;
 
-use process::{Running, log_lines, message, read_log, sigterm, tail, vigil, wait_exit};
+use process::{TRACE, log_lines, message, read_log, vigil};
 
 const V1: &str = "client.authentication.k8s.io/v1";
 const V1BETA1: &str = "client.authentication.k8s.io/v1beta1";
@@ -42,11 +43,6 @@ const TOKEN_PREFIX: &str = "kit-token-";
 
 /// The `PATH` vigil gives a credential command.
 const CHILD_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
-
-/// Everything at trace, except Cranelift's code generation, which sees compiled plugin code,
-/// never credentials, and logs every function it compiles.
-const TRACE: &str = "trace,cranelift_codegen=info,cranelift_frontend=info,\
-                     cranelift_entity=info,wasmtime_internal_cranelift=info,regalloc2=info";
 
 /// The kit installed in a test's directory.
 struct Kit {
@@ -266,13 +262,6 @@ fn runs(path: &Path) -> Vec<(u64, f64)> {
         .collect()
 }
 
-fn now_epoch() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64()
-}
-
 /// Whether a process runs (a zombie, dead but not yet reaped, does not).
 fn running(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
@@ -281,27 +270,44 @@ fn running(pid: u32) -> bool {
     })
 }
 
-/// Waits up to `within` for every process of `started` to be gone (or a zombie), kills any
-/// left (the kit's own processes, cleaned up after a failure), and fails naming them.
+/// Waits up to `within` for every process of `started` to be gone (or a zombie), and
+/// fails naming those left, which it kills.
 async fn assert_all_gone(started: &[u32], within: Duration, what: &str) {
-    let deadline = Instant::now() + within;
-    while started.iter().any(|pid| running(*pid)) && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    let _cleanup = KillLeft(started);
+    let left = || -> Vec<u32> {
+        started
+            .iter()
+            .copied()
+            .filter(|pid| running(*pid))
+            .collect()
+    };
+    wait::until_async(
+        &format!("every process of {what} is gone"),
+        within,
+        || {
+            format!(
+                "processes of {what} still run past the time limit: {:?} of {started:?}",
+                left()
+            )
+        },
+        async || left().is_empty().then_some(()),
+    )
+    .await;
+}
+
+/// Kills, when dropped, the processes of its list that still run: the kit's own
+/// processes, cleaned up after a failure as after a success.
+struct KillLeft<'a>(&'a [u32]);
+
+impl Drop for KillLeft<'_> {
+    fn drop(&mut self) {
+        for pid in self.0.iter().filter(|pid| running(**pid)) {
+            // It may have ended since: a failed kill is no failure.
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+        }
     }
-    let left: Vec<u32> = started
-        .iter()
-        .copied()
-        .filter(|pid| running(*pid))
-        .collect();
-    for pid in &left {
-        let _ = std::process::Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .status();
-    }
-    assert!(
-        left.is_empty(),
-        "processes of {what} still run past the time limit: {left:?} of {started:?}"
-    );
 }
 
 /// The requests a fake cluster answered, with the credentials they carried.
@@ -314,12 +320,10 @@ fn auth_seen(cluster: &ClusterHandle) -> Vec<(AuthUsed, Option<u16>)> {
         .collect()
 }
 
-/// A running `vigil serve` with its own database, cache and log files.
+/// A running `vigil serve` with its own database and log files, and the database open.
 struct Vigil {
-    child: Running,
-    log: PathBuf,
+    process: process::Vigil,
     store: Store,
-    api: SocketAddr,
 }
 
 impl Vigil {
@@ -327,55 +331,27 @@ impl Vigil {
     /// interval, 5 s timeout, threshold 2) and `env`, and waits for its first discovery.
     async fn start(dir: &Path, kubeconfigs: &Path, plugins: &Path, env: &[(&str, &str)]) -> Self {
         std::fs::create_dir_all(kubeconfigs).unwrap();
-        let log = dir.join("vigil.log");
-        let mut command = vigil(dir);
-        command
-            .arg("serve")
-            .env("KUBECONFIG_DIR", kubeconfigs)
-            .env("VIGIL_PLUGIN_DIR", plugins)
+        let process = process::serve(dir)
+            .kubeconfigs(kubeconfigs)
+            .plugins(plugins)
             // Shared by the tests of this file: each plugin is compiled once per build.
-            .env(
-                "VIGIL_CACHE_DIR",
-                Path::new(env!("CARGO_TARGET_TMPDIR")).join("exec-credentials-cache"),
-            )
-            .env("CLUSTER_HEALTH_INTERVAL", "1")
-            .env("CLUSTER_HEALTH_TIMEOUT", "5")
-            .env("CLUSTER_HEALTH_FAILURE_THRESHOLD", "2")
-            .env("VIGIL_LOG_FORMAT", "json")
-            .env("RUST_LOG", TRACE)
+            .cache(Path::new(env!("CARGO_TARGET_TMPDIR")).join("exec-credentials-cache"))
+            .policy(1, 5, 2)
+            .json_log(TRACE)
             .envs(env.iter().copied())
-            .stdout(File::create(dir.join("vigil.out")).unwrap())
-            .stderr(File::create(&log).unwrap());
-        let mut child = command.spawn().map(Running).unwrap();
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while !log_lines(&log)
-            .iter()
-            .any(|l| message(l) == "discovery done")
-        {
-            if let Some(status) = child.try_wait().unwrap() {
-                panic!("vigil exited with {status:?}:\n{}", tail(&log));
-            }
-            assert!(
-                Instant::now() < deadline,
-                "vigil did not discover within 120 s:\n{}",
-                tail(&log)
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+            .stdout_file(dir.join("vigil.out"))
+            .until_discovered()
+            .start()
+            .await;
         let store = Store::open(&format!("sqlite://{}", dir.join("vigil.db").display()))
             .await
             .unwrap();
-        let api = log_lines(&log)
-            .iter()
-            .find(|l| message(l) == "REST API listening")
-            .and_then(|l| l["fields"]["listen"].as_str()?.parse().ok())
-            .expect("the API's address is logged");
-        Self {
-            child,
-            log,
-            store,
-            api,
-        }
+        Self { process, store }
+    }
+
+    /// Where its REST API listens.
+    fn api(&self) -> SocketAddr {
+        self.process.api()
     }
 
     async fn cluster(&self, name: &str) -> ClusterRecord {
@@ -390,24 +366,25 @@ impl Vigil {
         within: Duration,
         check: impl Fn(&ClusterRecord) -> bool,
     ) -> ClusterRecord {
-        let deadline = Instant::now() + within;
-        loop {
-            let cluster = self.cluster(name).await;
-            if check(&cluster) {
-                return cluster;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{name} never became {what} within {within:?}; now {:?}, last {:?} ({:?}: {:?}), conditions {:?}\n{}",
-                cluster.health.status,
-                cluster.last_outcome,
-                cluster.last_reason_class,
-                cluster.last_reason,
-                cluster.health.conditions,
-                tail(&self.log)
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let seen = RefCell::new(String::new());
+        wait::until_async(
+            &format!("{name} is {what}"),
+            within,
+            || format!("{name} is now {}\n{}", seen.borrow(), self.process.tail()),
+            async || {
+                let cluster = self.cluster(name).await;
+                *seen.borrow_mut() = format!(
+                    "{:?}, last {:?} ({:?}: {:?}), conditions {:?}",
+                    cluster.health.status,
+                    cluster.last_outcome,
+                    cluster.last_reason_class,
+                    cluster.last_reason,
+                    cluster.health.conditions,
+                );
+                check(&cluster).then_some(cluster)
+            },
+        )
+        .await
     }
 
     async fn wait_online(&self, name: &str) {
@@ -452,13 +429,13 @@ impl Vigil {
 
     /// The outcomes vigil applied so far, per cluster: (outcome, reason class).
     fn applied(&self) -> BTreeMap<String, Vec<(String, String)>> {
-        applied(&log_lines(&self.log))
+        applied(&self.process.log_lines())
     }
 
     /// The answers of the read routes of the API that show clusters, their history, the
     /// plugins, the metrics and the event stream (read for two seconds).
     async fn api_answers(&self, clusters: &[&str]) -> String {
-        let api = self.api;
+        let api = self.api();
         let mut paths = vec![
             "/api/v1/clusters".to_owned(),
             "/api/v1/plugins".to_owned(),
@@ -490,12 +467,11 @@ impl Vigil {
     }
 
     /// Stops vigil with SIGTERM; its log lines.
-    async fn stop(mut self) -> Vec<Value> {
+    async fn stop(self) -> Vec<Value> {
         self.store.close().await;
-        sigterm(&self.child);
-        let status = wait_exit(&mut self.child, Duration::from_secs(15));
-        assert!(status.success(), "exit {status:?}\n{}", tail(&self.log));
-        log_lines(&self.log)
+        let log = self.process.log_path().to_owned();
+        self.process.stop();
+        log_lines(&log)
     }
 }
 
@@ -913,16 +889,20 @@ async fn one_run_serves_every_probe_until_shortly_before_the_credential_expires_
     let first = runs(&expiring_runs)[0].1;
 
     // Within the lifetime less its margin (a fifth of 10 s), every probe of the twenty is
-    // served by the one run.
-    while now_epoch() < first + 6.0 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    // served by the one run: five rounds of probes at 1 s, well before the margin.
     let probes = |log: &BTreeMap<String, Vec<(String, String)>>| -> usize {
         shared
             .iter()
             .map(|name| log.get(name).map_or(0, Vec::len))
             .sum()
     };
+    wait::until_async(
+        "the shared clusters are probed five times each",
+        Duration::from_secs(15),
+        || vigil.process.tail(),
+        async || (probes(&vigil.applied()) >= 5 * SHARED).then_some(()),
+    )
+    .await;
     let served = probes(&vigil.applied());
     assert!(
         served >= 2 * SHARED,
@@ -936,15 +916,13 @@ async fn one_run_serves_every_probe_until_shortly_before_the_credential_expires_
     assert_eq!(runs(&kept_runs).len(), 1);
 
     // Shortly before it expires, one run again.
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while runs(&expiring_runs).len() < 2 {
-        assert!(
-            Instant::now() < deadline,
-            "the expiring credential was never renewed:\n{}",
-            tail(&vigil.log)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait::until_async(
+        "the expiring credential is renewed",
+        Duration::from_secs(15),
+        || vigil.process.tail(),
+        async || (runs(&expiring_runs).len() >= 2).then_some(()),
+    )
+    .await;
     let renewed = runs(&expiring_runs)[1].1;
 
     // The cluster stops accepting the token of the credential that does not expire, and
@@ -953,15 +931,13 @@ async fn one_run_serves_every_probe_until_shortly_before_the_credential_expires_
     let change = revoking.log().count();
     assert!(revoking.revoke_token(&format!("{TOKEN_PREFIX}1")));
     revoking.add_token(format!("{TOKEN_PREFIX}2"), User::admin());
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while runs(&kept_runs).len() < 2 {
-        assert!(
-            Instant::now() < deadline,
-            "a refused credential was never obtained again:\n{}",
-            tail(&vigil.log)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait::until_async(
+        "a refused credential is obtained again",
+        Duration::from_secs(15),
+        || vigil.process.tail(),
+        async || (runs(&kept_runs).len() >= 2).then_some(()),
+    )
+    .await;
     let accepted_since = || {
         revoking
             .log()
@@ -1390,7 +1366,7 @@ async fn a_kubeconfig_from_a_secret_runs_its_command_only_with_exec_from_secrets
         )
         .await;
         let (status, answer) = post(
-            vigil.api,
+            vigil.api(),
             "/api/v1/clusters",
             &json!({
                 "name": "in-secret",
@@ -1524,17 +1500,12 @@ fn exec_settings_that_would_hand_vigils_own_variables_to_a_command_stop_start_up
         ("VIGIL_EXEC_ENV", "LD_PRELOAD", "LD_PRELOAD"),
         ("VIGIL_EXEC_ALLOW", "bin/exec-kit", "bin/exec-kit"),
     ] {
-        let mut child = vigil(dir.path())
-            .arg("serve")
-            .env("KUBECONFIG_DIR", dir.path())
+        let mut refused = process::serve(dir.path())
+            .kubeconfigs(dir.path())
             .env(variable, value)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .map(Running)
-            .unwrap();
-        let status = wait_exit(&mut child, Duration::from_secs(30));
-        let stderr = process::stderr_of(&mut child);
+            .spawn();
+        let status = refused.wait_exit(Duration::from_secs(30));
+        let stderr = refused.log();
         assert_eq!(status.code(), Some(2), "{variable}={value}: {stderr}");
         assert!(
             stderr.contains(variable) && stderr.contains(named),

@@ -3,15 +3,14 @@
 //! closed port, a server that never answers within `--timeout`, a vigil whose first probe
 //! of a cluster still hangs — and `vigil_ready` in `/metrics` saying the same as `/readyz`.
 
-use std::fs::File;
-use std::io::{Read as _, Write as _};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::process::{Running, log_lines, message, tail, vigil};
+use crate::process::{self, Vigil, http_get, vigil};
 use vigil_test_support as plugins;
 use vigil_test_support::engine::write_kubeconfig;
+use vigil_test_support::wait;
 
 /// Exit code and standard error of `vigil healthcheck ARGS` with `env`.
 fn healthcheck(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
@@ -30,54 +29,18 @@ fn healthcheck(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (Option<i32>,
 
 /// Starts `vigil serve` in `dir` with `env` and waits for its first discovery; returns it
 /// and where its API listens.
-fn serve(dir: &Path, env: &[(&str, &std::ffi::OsStr)]) -> (Running, SocketAddr) {
-    let log = dir.join("vigil.log");
-    let mut child = vigil(dir)
-        .arg("serve")
+fn serve(dir: &Path, env: &[(&str, &std::ffi::OsStr)]) -> (Vigil, SocketAddr) {
+    let vigil = process::serve(dir)
         .envs(env.iter().copied())
-        .env("VIGIL_LOG_FORMAT", "json")
-        .stderr(File::create(&log).unwrap())
-        .spawn()
-        .map(Running)
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let lines = log_lines(&log);
-        if lines.iter().any(|l| message(l) == "discovery done") {
-            let api = lines
-                .iter()
-                .find(|l| message(l) == "REST API listening")
-                .and_then(|l| l["fields"]["listen"].as_str()?.parse().ok())
-                .expect("the API's address is logged");
-            return (child, api);
-        }
-        if let Some(status) = child.try_wait().unwrap() {
-            panic!("vigil exited with {status:?}:\n{}", tail(&log));
-        }
-        assert!(Instant::now() < deadline, "no discovery:\n{}", tail(&log));
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// The body of `GET path` on `api`.
-fn get(api: SocketAddr, path: &str) -> String {
-    let mut stream = TcpStream::connect(api).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).unwrap();
-    answer
+        .until_discovered()
+        .start_blocking();
+    let api = vigil.api();
+    (vigil, api)
 }
 
 /// The value of the `vigil_ready` sample in `/metrics`.
 fn vigil_ready(api: SocketAddr) -> String {
-    let metrics = get(api, "/metrics");
+    let metrics = http_get(api, "/metrics");
     metrics
         .lines()
         .find_map(|line| line.strip_prefix("vigil_ready "))
@@ -103,15 +66,12 @@ fn a_running_vigil_passes_and_a_closed_or_silent_port_fails_with_one_line() {
         (Some(0), String::new())
     );
     // With no cluster to wait for, it is ready soon, and `vigil_ready` says so.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while healthcheck(dir.path(), &["--ready", "--url", &url], &[]).0 != Some(0) {
-        assert!(
-            Instant::now() < deadline,
-            "never ready: {}",
-            get(api, "/readyz")
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait::until(
+        "vigil healthcheck --ready passes",
+        Duration::from_secs(30),
+        || format!("never ready: {}", http_get(api, "/readyz")),
+        || (healthcheck(dir.path(), &["--ready", "--url", &url], &[]).0 == Some(0)).then_some(()),
+    );
     assert_eq!(vigil_ready(api), "1");
 
     // A closed port: refused at once.

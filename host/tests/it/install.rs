@@ -14,7 +14,7 @@ use std::time::Instant;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_installed_vigil_probes_with_its_embedded_plugins() {
     let root = tempfile::tempdir().unwrap();
-    let binary = Path::new(env!("CARGO_BIN_EXE_vigil"));
+    let binary = crate::process::binary();
     // target/debug/vigil: the target directory is two levels up.
     let target_dir = binary
         .parent()

@@ -5,13 +5,16 @@
 //! cluster answering 503 OFFLINE — and a request it makes outside its egress grant is
 //! answered `denied`, never reaching the other port nor counting against the cluster.
 //!
-//! The component is built by `scripts/build-js-plugin` (`npm ci`, then componentize-js,
-//! into `target/js-plugins/`), once per test binary and only when its sources changed, so
-//! these tests work on a fresh clone. Its compiled code goes through vigil's compiled-code
-//! cache in one directory under `target/` that every test here shares: the interpreter is
-//! compiled once per build of the component, not once per test.
+//! The component is built by `scripts/build-js-plugin` (componentize-js, into
+//! `target/js-plugins/`), once per test binary and only when its sources changed. Its
+//! compiled code goes through vigil's compiled-code cache in one directory under `target/`
+//! that every test here shares: the interpreter is compiled once per build of the
+//! component, not once per test.
+//!
+//! System tests: they need componentize-js, the example's npm packages, which
+//! `scripts/install-tools componentize-js` installs; without it they fail naming that
+//! command.
 
-use std::fs::File;
 use std::io::{Read, Write as _};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -19,14 +22,15 @@ use std::process::Command;
 use std::sync::Arc;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 use vigil_fake_kube::kubeconfig::write_kubeconfigs;
 use vigil_fake_kube::{AddressPlan, Fleet, KubeconfigOptions, KubeconfigShape, ShapePlan};
+use vigil_test_support::{tools, wait};
 
 use crate::plugins_doc::{root, run_guide};
-use crate::process::{self, Running, log_lines, message, tail, vigil};
+use crate::process::{self, message, vigil};
 
 /// The plugin's name: its file is `js-version-probe.wasm`, its grants `js-version-probe.toml`.
 const NAME: &str = "js-version-probe";
@@ -39,12 +43,25 @@ fn cache_dir() -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join("js-plugin-cache")
 }
 
+/// Fails, naming `scripts/install-tools componentize-js`, unless componentize-js is where
+/// that command installs it: among the example's npm packages, pinned by its
+/// package-lock.json. These tests never install it.
+fn require_componentize_js() {
+    let program = root().join("examples/js-version-probe/node_modules/.bin/componentize-js");
+    assert!(
+        program.is_file(),
+        "{}",
+        tools::missing(&program.display().to_string(), "componentize-js")
+    );
+}
+
 /// The built component (its `NAME.toml` beside it), built by `scripts/build-js-plugin` and
 /// compiled into [`cache_dir`] by one `vigil plugin check`, once per test binary: the tests
 /// that start `vigil` at the same time then all find it compiled.
 fn built() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT.get_or_init(|| {
+        require_componentize_js();
         let output = Command::new(root().join("scripts/build-js-plugin"))
             .output()
             .expect("run scripts/build-js-plugin");
@@ -126,80 +143,53 @@ fn vigil_plugin_check_accepts_the_javascript_plugin_with_its_grants() {
 
 /// A running `vigil serve` with only the JavaScript plugin, on the kubeconfigs of `dir`.
 struct Vigil {
-    child: Running,
-    log: PathBuf,
-    api: SocketAddr,
+    process: process::Vigil,
 }
 
 impl Vigil {
-    fn start(dir: &Path, kubeconfigs: &Path) -> Self {
-        let log = dir.join("vigil.log");
-        let mut child = vigil(dir)
-            .arg("serve")
-            .env("KUBECONFIG_DIR", kubeconfigs)
-            .env("VIGIL_PLUGIN_DIR", plugin_dir(dir))
-            .env("VIGIL_CACHE_DIR", cache_dir())
-            .env("CLUSTER_HEALTH_INTERVAL", "1")
-            .env("CLUSTER_HEALTH_TIMEOUT", "2")
-            .env("CLUSTER_HEALTH_FAILURE_THRESHOLD", "2")
-            .env("VIGIL_LOG_FORMAT", "json")
+    async fn start(dir: &Path, kubeconfigs: &Path) -> Self {
+        let process = process::serve(dir)
+            .kubeconfigs(kubeconfigs)
+            .plugins(plugin_dir(dir))
+            .cache(cache_dir())
+            .policy(1, 2, 2)
             // The plugin's own lines (debug) and the compiled-code cache's.
-            .env("RUST_LOG", "info,vigil_plugin_host=debug")
-            .stderr(File::create(&log).unwrap())
-            .spawn()
-            .map(Running)
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(120);
-        let api = loop {
-            let listening = log_lines(&log)
-                .iter()
-                .find(|l| message(l) == "REST API listening")
-                .and_then(|l| l["fields"]["listen"].as_str()?.parse().ok());
-            if let Some(api) = listening {
-                break api;
-            }
-            if let Some(status) = child.try_wait().unwrap() {
-                panic!("vigil exited with {status:?}:\n{}", tail(&log));
-            }
-            assert!(
-                Instant::now() < deadline,
-                "vigil never listened:\n{}",
-                tail(&log)
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        };
-        Self { child, log, api }
+            .json_log("info,vigil_plugin_host=debug")
+            .start()
+            .await;
+        Self { process }
     }
 
     fn cluster(&self, name: &str) -> Value {
-        let body = process::http_get(self.api, &format!("/api/v1/clusters/{name}"));
+        let body = process::http_get(self.process.api(), &format!("/api/v1/clusters/{name}"));
         serde_json::from_str(&body).unwrap_or(Value::Null)
     }
 
     /// Waits until `check` holds for the API's view of cluster `name`; returns that view.
-    fn wait_for(&mut self, name: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let cluster = self.cluster(name);
-            if check(&cluster) {
-                return cluster;
-            }
-            if let Some(status) = self.child.try_wait().unwrap() {
-                panic!("vigil exited with {status:?}:\n{}", tail(&self.log));
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{name} never became {what}; now {cluster:#}\n{}",
-                tail(&self.log)
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+    async fn wait_for(&mut self, name: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
+        let last = std::cell::RefCell::new(Value::Null);
+        let log = self.process.log_path().to_owned();
+        wait::until_async(
+            &format!("{name} is {what}"),
+            Duration::from_secs(60),
+            || format!("{name} is now {:#}\n{}", last.borrow(), process::tail(&log)),
+            async || {
+                if let Some(status) = self.process.try_wait() {
+                    panic!("vigil exited with {status}:\n{}", self.process.tail());
+                }
+                let cluster = self.cluster(name);
+                let done = check(&cluster);
+                *last.borrow_mut() = cluster.clone();
+                done.then_some(cluster)
+            },
+        )
+        .await
     }
 
     /// `PATCH /api/v1/clusters/{name}` with `body` (from loopback, no token configured).
     fn patch(&self, name: &str, body: &Value) -> (u16, String) {
         let body = body.to_string();
-        let mut stream = std::net::TcpStream::connect(self.api).unwrap();
+        let mut stream = std::net::TcpStream::connect(self.process.api()).unwrap();
         stream
             .set_read_timeout(Some(Duration::from_secs(30)))
             .unwrap();
@@ -285,11 +275,13 @@ async fn the_javascript_plugin_probes_clusters_online_a_5xx_offline_and_is_denie
         .map(|c| c.name().to_owned())
         .collect();
 
-    let mut vigil = Vigil::start(dir.path(), &kubeconfigs);
+    let mut vigil = Vigil::start(dir.path(), &kubeconfigs).await;
     // Routed to it by `accepts` (the only plugin, and these are kubeconfig files), every
     // cluster goes ONLINE through a probe of the JavaScript plugin.
     for name in &names {
-        let cluster = vigil.wait_for(name, "ONLINE", |c| status(c) == "ONLINE");
+        let cluster = vigil
+            .wait_for(name, "ONLINE", |c| status(c) == "ONLINE")
+            .await;
         assert_eq!(cluster["last_outcome"], "healthy", "{cluster:#}");
         assert_eq!(cluster["last_probed_by"]["plugin"], NAME, "{cluster:#}");
     }
@@ -303,7 +295,7 @@ async fn the_javascript_plugin_probes_clusters_online_a_5xx_offline_and_is_denie
         );
     }
     // The server's version, as the plugin read it, for each cluster it probed.
-    let lines = log_lines(&vigil.log);
+    let lines = vigil.process.log_lines();
     for name in &names {
         assert!(
             lines.iter().any(|l| {
@@ -312,7 +304,7 @@ async fn the_javascript_plugin_probes_clusters_online_a_5xx_offline_and_is_denie
                     && l.to_string().contains(name.as_str())
             }),
             "no `server version {FAKE_VERSION}` line for {name}:\n{}",
-            tail(&vigil.log)
+            vigil.process.tail()
         );
     }
     // Compiled once: this vigil loaded the component's code from the shared cache.
@@ -321,13 +313,15 @@ async fn the_javascript_plugin_probes_clusters_online_a_5xx_offline_and_is_denie
             .iter()
             .any(|l| message(l) == "compiled component loaded from the cache"),
         "the component was compiled again:\n{}",
-        tail(&vigil.log)
+        vigil.process.tail()
     );
 
     // A cluster answering 503 is unhealthy (server-error) and goes OFFLINE at the threshold.
     let down = &names[0];
     fleet.get(0).unwrap().fail_with(503).await.unwrap();
-    let cluster = vigil.wait_for(down, "OFFLINE", |c| status(c) == "OFFLINE");
+    let cluster = vigil
+        .wait_for(down, "OFFLINE", |c| status(c) == "OFFLINE")
+        .await;
     assert_eq!(cluster["last_outcome"], "unhealthy", "{cluster:#}");
     assert_eq!(cluster["reason_class"], "server-error", "{cluster:#}");
     assert!(
@@ -350,9 +344,11 @@ async fn the_javascript_plugin_probes_clusters_online_a_5xx_offline_and_is_denie
         }),
     );
     assert_eq!(code, 200, "{response}");
-    let cluster = vigil.wait_for(moved, "denied", |c| {
-        c["last_outcome"] == "inconclusive" && c["reason_class"] == "denied"
-    });
+    let cluster = vigil
+        .wait_for(moved, "denied", |c| {
+            c["last_outcome"] == "inconclusive" && c["reason_class"] == "denied"
+        })
+        .await;
     assert_eq!(status(&cluster), "ONLINE", "{cluster:#}");
     assert_eq!(
         cluster["counters"]["consecutive_failures"], 0,
@@ -365,11 +361,13 @@ async fn the_javascript_plugin_probes_clusters_online_a_5xx_offline_and_is_denie
         "the reason names the destination: {cluster:#}"
     );
     // Several more probes, none of them reaching the other port.
-    vigil.wait_for(moved, "probed again", |c| {
-        c["counters"]["consecutive_inconclusive"]
-            .as_u64()
-            .is_some_and(|n| n >= 3)
-    });
+    vigil
+        .wait_for(moved, "probed again", |c| {
+            c["counters"]["consecutive_inconclusive"]
+                .as_u64()
+                .is_some_and(|n| n >= 3)
+        })
+        .await;
     assert_eq!(other.accepted.load(Ordering::SeqCst), 0);
     let cluster = vigil.cluster(moved);
     assert_eq!(status(&cluster), "ONLINE", "{cluster:#}");
@@ -385,9 +383,7 @@ async fn the_javascript_plugin_probes_clusters_online_a_5xx_offline_and_is_denie
         assert_eq!(cluster["last_outcome"], "healthy", "{cluster:#}");
     }
 
-    process::sigterm(&vigil.child);
-    let exit = process::wait_exit(&mut vigil.child, Duration::from_secs(15));
-    assert!(exit.success(), "exit {exit:?}\n{}", tail(&vigil.log));
+    vigil.process.stop();
     fleet.shutdown().await;
 }
 
@@ -417,6 +413,9 @@ fn copy_fresh(from: &Path, to: &Path) {
 /// what the guide built.
 #[test]
 fn every_shell_command_of_the_javascript_guide_runs_and_its_plugin_is_accepted() {
+    // The guide installs componentize-js anew, as a new user does: with Node.js and npm,
+    // from the npm registry or npm's cache, which a machine that installed the tool has.
+    require_componentize_js();
     let root = root();
     let guide = std::fs::read_to_string(root.join("PLUGINS.md")).expect("PLUGINS.md");
     let script = crate::plugins_doc::fenced_blocks(&guide, "sh javascript").concat();

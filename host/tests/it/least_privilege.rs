@@ -4,14 +4,17 @@
 //! reference ends within the probe's deadline, plugins are loaded only from a directory
 //! that no other user can change, and a plugin's output cannot forge lines of the log.
 //!
-//! The plugin tests load the plugins cargo built for the tests.
+//! The plugin tests load the plugins cargo built for the tests. Those that change a file's
+//! owner or mount a file system need root: they are system tests.
 
 use vigil_test_support::engine as support;
 
 use vigil_test_support as plugins;
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::{PermissionsExt as _, symlink};
+#[cfg(feature = "system-tests")]
+use std::os::unix::fs::PermissionsExt as _;
+use std::os::unix::fs::symlink;
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -21,7 +24,9 @@ use vigil_decision::{ClusterId, PolicyOverrides, ProbeOutcome, ReasonClass};
 use vigil_domain::probe::{NoPlugins, ProbeTarget, Prober, wall_clock};
 use vigil_domain::reference::{self, PathRefused, Reference, Resolution};
 use vigil_engine::worker::probe_once;
-use vigil_plugin_host::{FailureStage, PluginRuntime, Refusal, RuntimeSettings};
+#[cfg(feature = "system-tests")]
+use vigil_plugin_host::{FailureStage, Refusal};
+use vigil_plugin_host::{PluginRuntime, RuntimeSettings};
 
 /// A kubeconfig whose only context `c` talks to `server` with the token in the file
 /// `token` beside it.
@@ -253,10 +258,12 @@ fn a_resolution_that_does_not_finish_ends_at_the_probe_deadline() {
     });
 }
 
+#[cfg(feature = "system-tests")]
 fn chmod(path: &Path, mode: u32) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
 }
 
+#[cfg(feature = "system-tests")]
 fn chown(path: &Path, uid: u32) {
     std::os::unix::fs::chown(path, Some(uid), None).expect("chown (the tests run as root)");
 }
@@ -276,6 +283,7 @@ fn plugin_settings(plugin_dir: &Path) -> RuntimeSettings {
 
 /// The reason a file of the plugin directory was refused, as the load reported it and as
 /// the plugin API shows it.
+#[cfg(feature = "system-tests")]
 fn untrusted_reason(
     runtime: &PluginRuntime,
     refused: &[vigil_plugin_host::RefusedPlugin],
@@ -302,6 +310,8 @@ fn untrusted_reason(
     reason.clone()
 }
 
+/// A system test: giving a file to another user needs root.
+#[cfg(feature = "system-tests")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_directory_others_can_write_is_refused_with_the_reason() {
     let temp = tempfile::tempdir().expect("tempdir");
@@ -365,7 +375,8 @@ async fn a_plugin_directory_others_can_write_is_refused_with_the_reason() {
 /// A read-only mount (a Kubernetes ConfigMap volume) is trusted whatever its modes; the
 /// same files on a writable mount are not. Run with the binary in a private mount
 /// namespace (`unshare -m`: root ignores file modes, and mounting needs a namespace of
-/// its own), on a tmpfs remounted read-only.
+/// its own), on a tmpfs remounted read-only. A system test: root and a mount namespace.
+#[cfg(feature = "system-tests")]
 #[test]
 fn a_read_only_mount_is_trusted_whatever_its_modes() {
     let temp = tempfile::tempdir().expect("tempdir");
@@ -391,7 +402,7 @@ echo "--- read-only"
         .args(["-m", "--propagation", "private", "sh", "-c", script, "sh"])
         .arg(&plugins)
         .arg(plugins::plugin_file("noop"))
-        .arg(env!("CARGO_BIN_EXE_vigil"))
+        .arg(crate::process::binary())
         .env("KUBECONFIG_PATH", &kube)
         .env("VIGIL_PLUGIN_DIR", &plugins)
         .env("VIGIL_PLUGINS_EMBEDDED", "false")

@@ -19,16 +19,21 @@ mod exec_credentials;
 mod healthcheck;
 mod http_plugin;
 mod install;
+#[cfg(feature = "system-tests")]
 mod js_plugin;
 mod least_privilege;
+#[cfg(feature = "system-tests")]
 mod migrate;
+#[cfg(feature = "system-tests")]
 mod notify;
 mod plugins_doc;
 mod plugins_e2e;
 mod plugins_live;
 mod process;
+#[cfg(feature = "system-tests")]
 mod python_plugin;
 mod reload;
+#[cfg(feature = "system-tests")]
 mod replicas;
 mod retention;
 mod serve;

@@ -1,6 +1,7 @@
 //! `vigil migrate`: an installation moved from SQLite to PostgreSQL in the middle of an
 //! outage goes on where it stopped — the outage still open, the degraded apps still marked,
 //! the history whole — and the recovery that follows restores exactly the marked apps.
+//! A system test: PostgreSQL.
 
 use std::process::Command;
 
@@ -29,7 +30,7 @@ fn t(seconds: i64) -> Timestamp {
 }
 
 fn migrate(from: &str, to: &str) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_vigil"))
+    Command::new(crate::process::binary())
         .args(["migrate", "--from", from, "--to", to])
         .env_clear()
         .output()

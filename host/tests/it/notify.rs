@@ -1,16 +1,19 @@
 //! Notifications delivered from the outbox by a real `vigil serve`, to a loopback webhook
 //! receiver that verifies every signature with the reference `standardwebhooks` package
-//! (tests/notify/receiver.py, installed by `scripts/dev test` into target/tools/).
+//! (tests/notify/receiver.py, run by the Python that `scripts/install-tools
+//! webhook-verifier` installs into target/tools/), and to Debian's Alertmanager. System
+//! tests: the webhook verifier comes from PyPI, Alertmanager and PostgreSQL are outside
+//! programs.
 //!
 //! A cluster that goes down and comes back is notified (the transition, the cascade, the
 //! recovery, the restoration), each once and in order, and a cluster's first status is
-//! not; a receiver that refuses for 30 s makes the sink failing in `/readyz` and gets
-//! everything once it recovers; vigil killed with SIGKILL while the receiver holds a
-//! notification sends it again after a restart, with the same id; vigil killed after a
+//! not; a receiver that refuses attempt after attempt makes the sink failing in `/readyz`
+//! and gets everything once it recovers; vigil killed with SIGKILL while the receiver holds
+//! a notification sends it again after a restart, with the same id; vigil killed after a
 //! change committed but before it was delivered delivers it after a restart; a bad
-//! notifications file is refused at start-up (exit 2, naming the line and the field) and on
-//! SIGHUP (the one in force is kept, `/readyz` says why); no secret reaches the log, the
-//! outbox or the receiver's bodies.
+//! notifications file is refused on SIGHUP (the one in force is kept, `/readyz` says why;
+//! at start-up, serve.rs shows it); no secret reaches the log, the outbox or the receiver's
+//! bodies.
 
 use std::fs::File;
 use std::net::SocketAddr;
@@ -25,13 +28,15 @@ use vigil_fake_kube::kubeconfig::write_kubeconfigs;
 use vigil_fake_kube::{AddressPlan, Fleet, KubeconfigOptions, KubeconfigShape, ShapePlan};
 use vigil_store::Store;
 
-use crate::process::{Running, http_get, listening_on, tail, vigil, wait_exit};
+use crate::process::{self, Vigil, http_get, tail};
 use vigil_test_support as plugins;
+use vigil_test_support::{tools, wait};
 
 /// The receiver's secret (a test value: `whsec_` and 24 random bytes in base64).
 const SECRET: &str = "whsec_QmFzZTY0U2VjcmV0Rm9yVGVzdHNPbmx5MTI=";
 
-/// The Python that has `standardwebhooks` (`scripts/dev test` makes it).
+/// The Python that has `standardwebhooks` (`scripts/install-tools webhook-verifier` makes
+/// it), or `VIGIL_WEBHOOK_PYTHON`.
 fn receiver_python() -> PathBuf {
     if let Some(python) = std::env::var_os("VIGIL_WEBHOOK_PYTHON") {
         return python.into();
@@ -39,9 +44,8 @@ fn receiver_python() -> PathBuf {
     let python = plugins::root().join("target/tools/webhook-receiver-1.3.0/bin/python");
     assert!(
         python.exists(),
-        "{} is missing: `scripts/dev test` installs the reference webhook verifier \
-         (standardwebhooks from PyPI) there, or set VIGIL_WEBHOOK_PYTHON",
-        python.display()
+        "{} (or set VIGIL_WEBHOOK_PYTHON to a Python that has standardwebhooks)",
+        tools::missing(&python.display().to_string(), "webhook-verifier")
     );
     python
 }
@@ -82,20 +86,28 @@ impl Receiver {
             .stdin(Stdio::null())
             .spawn()
             .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let port = loop {
-            if let Ok(text) = std::fs::read_to_string(&port_file) {
-                break text.trim().parse().unwrap();
-            }
-            assert!(Instant::now() < deadline, "the receiver never started");
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        Self {
+        let mut receiver = Self {
             child,
-            port,
+            port: 0,
             log,
             control,
-        }
+        };
+        // The port file is written whole (renamed into place) once the receiver listens.
+        receiver.port = wait::until(
+            "the receiver listens",
+            Duration::from_secs(30),
+            String::new,
+            || {
+                if let Some(status) = receiver.child.try_wait().unwrap() {
+                    panic!("the webhook receiver exited with {status}");
+                }
+                std::fs::read_to_string(&port_file).ok()
+            },
+        )
+        .trim()
+        .parse()
+        .unwrap();
+        receiver
     }
 
     /// Every request received, in order.
@@ -177,43 +189,24 @@ impl Setup {
             .unwrap()
     }
 
-    fn serve(&mut self) -> (Running, SocketAddr) {
+    /// Starts vigil (again) on the same database, with a log file of its own.
+    async fn serve(&mut self) -> Vigil {
         self.runs += 1;
         self.log = self.dir.path().join(format!("vigil-{}.log", self.runs));
-        let mut child = vigil(self.dir.path())
-            .arg("serve")
-            .env("KUBECONFIG_DIR", &self.kubeconfigs)
-            .env(
-                "VIGIL_PLUGIN_DIR",
-                plugins::plugin_dir_with_only(self.dir.path(), "kubeconfig-file"),
-            )
-            .env(
-                "VIGIL_CACHE_DIR",
-                Path::new(env!("CARGO_TARGET_TMPDIR")).join("plugins-e2e-cache"),
-            )
-            .env(
-                "DATABASE_URL",
-                format!("sqlite://{}", self.database.display()),
-            )
+        process::serve(self.dir.path())
+            .kubeconfigs(&self.kubeconfigs)
+            .plugins(plugins::plugin_dir_with_only(
+                self.dir.path(),
+                "kubeconfig-file",
+            ))
+            .cache(Path::new(env!("CARGO_TARGET_TMPDIR")).join("plugins-e2e-cache"))
+            .database(format!("sqlite://{}", self.database.display()))
             .env("VIGIL_NOTIFY_CONFIG", &self.notify)
-            .env("CLUSTER_HEALTH_INTERVAL", "1")
-            .env("CLUSTER_HEALTH_TIMEOUT", "5")
-            .env("CLUSTER_HEALTH_FAILURE_THRESHOLD", "2")
-            .stderr(File::create(&self.log).unwrap())
-            .spawn()
-            .map(Running)
-            .unwrap();
-        let address = listening_on(&self.log, &mut child).parse().unwrap();
-        (child, address)
+            .policy(1, 5, 2)
+            .log_file(&self.log)
+            .start()
+            .await
     }
-}
-
-fn kill(child: &Child, signal: &str) {
-    let status = Command::new("kill")
-        .args([signal, &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
 }
 
 /// `clusters` fake clusters, and a directory of token kubeconfigs for them.
@@ -246,12 +239,15 @@ async fn all_online(store: &Store, clusters: usize, log: &Path) {
     .await;
 }
 
+/// Waits until `check` holds, failing with the tail of the vigil log `log`.
 async fn wait_until(what: &str, log: &Path, mut check: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while !check().await {
-        assert!(Instant::now() < deadline, "never {what}:\n{}", tail(log));
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait::until_async(
+        what,
+        Duration::from_secs(90),
+        || tail(log),
+        async || check().await.then_some(()),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -276,7 +272,8 @@ async fn outages_and_recoveries_reach_a_signed_webhook_once_in_order_across_fail
     );
     std::fs::write(&notify, &config).unwrap();
     let mut setup = Setup::new(dir, kubeconfigs, notify);
-    let (mut server, api) = setup.serve();
+    let server = setup.serve().await;
+    let api = server.api();
     let store = setup.store().await;
     let status_of = async |name: &str| store.cluster(name).await.unwrap().health.status;
     all_online(&store, 5, &setup.log).await;
@@ -341,12 +338,23 @@ async fn outages_and_recoveries_reach_a_signed_webhook_once_in_order_across_fail
     ] {
         assert!(metrics.contains(series), "{series} not in\n{metrics}");
     }
-    tokio::time::sleep(Duration::from_secs(30).saturating_sub(failing_since.elapsed())).await;
-    let refused = receiver
-        .requests()
-        .iter()
-        .filter(|r| r.get("refused").is_some())
-        .count();
+    // Retried again and again while refused: five attempts within 30 s of the sink
+    // showing as failing.
+    let refused = || {
+        receiver
+            .requests()
+            .iter()
+            .filter(|r| r.get("refused").is_some())
+            .count()
+    };
+    wait::until_async(
+        "five attempts refused",
+        Duration::from_secs(30).saturating_sub(failing_since.elapsed()),
+        || format!("{} refused so far\n{}", refused(), tail(&setup.log)),
+        async || (refused() >= 5).then_some(()),
+    )
+    .await;
+    let refused = refused();
     assert!(refused >= 5, "retried while refused: {refused} attempts");
     receiver.set("fail", false);
     let up = format!("status-changed {} OFFLINE->ONLINE", names[0]);
@@ -374,13 +382,12 @@ async fn outages_and_recoveries_reach_a_signed_webhook_once_in_order_across_fail
         summary(&held),
         format!("status-changed {} ONLINE->OFFLINE", names[1])
     );
-    kill(&server, "-KILL");
-    wait_exit(&mut server, Duration::from_secs(10));
+    server.kill();
     receiver.set("hold", false);
 
     // And a change committed while vigil cannot deliver (the receiver refuses), then vigil
     // killed: delivered after the restart.
-    let (mut server, _) = setup.serve();
+    let server = setup.serve().await;
     wait_until("the held notification sent again", &setup.log, async || {
         receiver.accepted().len() >= 6
     })
@@ -399,10 +406,10 @@ async fn outages_and_recoveries_reach_a_signed_webhook_once_in_order_across_fail
     })
     .await;
     assert!(store.events(None).await.unwrap().len() > committed_before);
-    kill(&server, "-KILL");
-    wait_exit(&mut server, Duration::from_secs(10));
+    server.kill();
     receiver.set("fail", false);
-    let (mut server, api) = setup.serve();
+    let mut server = setup.serve().await;
+    let api = server.api();
     let third = format!("status-changed {} ONLINE->OFFLINE", names[2]);
     wait_until("the third outage delivered", &setup.log, async || {
         receiver.accepted().iter().any(|r| summary(r) == third)
@@ -438,7 +445,7 @@ async fn outages_and_recoveries_reach_a_signed_webhook_once_in_order_across_fail
 
     // A bad file on SIGHUP is refused, said in /readyz; the one in force stays.
     std::fs::write(&setup.notify, config.replace("http://", "ftp://")).unwrap();
-    kill(&server, "-HUP");
+    server.signal("HUP");
     wait_until("the refusal in /readyz", &setup.log, async || {
         let ready: Value = serde_json::from_str(&http_get(api, "/readyz")).unwrap();
         ready["notifications"]["config_error"]
@@ -478,35 +485,8 @@ async fn outages_and_recoveries_reach_a_signed_webhook_once_in_order_across_fail
             assert!(outbox.iter().all(|p| !p.contains(token)));
         }
     }
-    kill(&server, "-TERM");
-    assert!(wait_exit(&mut server, Duration::from_secs(20)).success());
-}
-
-#[test]
-fn a_bad_notifications_file_stops_start_up_naming_the_line_and_the_field() {
-    let dir = tempfile::tempdir().unwrap();
-    let notify = dir.path().join("notify.toml");
-    std::fs::write(
-        &notify,
-        "[[webhook]]\nname = \"ops\"\nurl = \"http://127.0.0.1:9/\"\n\
-         secret_file = \"/nonexistent\"\nretries = 3\n",
-    )
-    .unwrap();
-    let output = vigil(dir.path())
-        .arg("serve")
-        .env("VIGIL_NOTIFY_CONFIG", &notify)
-        .env("KUBECONFIG_PATH", dir.path().join("none"))
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
-    assert!(
-        stderr.contains(&format!(
-            "{}:5:1: unknown field `retries`",
-            notify.display()
-        )),
-        "{stderr}"
-    );
+    server.signal("TERM");
+    assert!(server.wait_exit(Duration::from_secs(20)).success());
 }
 
 /// An RFC 3339 time, as a point in time (Alertmanager writes fewer fraction digits).
@@ -543,7 +523,8 @@ impl Alertmanager {
             .unwrap()
             .port();
         let address: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let child = Command::new("prometheus-alertmanager")
+        let program = tools::require("prometheus-alertmanager", "alertmanager");
+        let mut child = Command::new(program)
             .arg(format!("--config.file={}", config.display()))
             .arg(format!(
                 "--storage.path={}",
@@ -556,12 +537,18 @@ impl Alertmanager {
             .stdout(Stdio::null())
             .stderr(File::create(dir.join("alertmanager.log")).unwrap())
             .spawn()
-            .expect("prometheus-alertmanager (Debian's package; `scripts/dev test` installs it)");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(address).is_err() {
-            assert!(Instant::now() < deadline, "Alertmanager never listened");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            .expect("start Alertmanager");
+        wait::until(
+            "Alertmanager listens",
+            Duration::from_secs(30),
+            || std::fs::read_to_string(dir.join("alertmanager.log")).unwrap_or_default(),
+            || {
+                if let Some(status) = child.try_wait().unwrap() {
+                    panic!("Alertmanager exited with {status}");
+                }
+                std::net::TcpStream::connect(address).ok()
+            },
+        );
         Self { child, address }
     }
 
@@ -596,7 +583,7 @@ async fn an_offline_cluster_fires_in_alertmanager_past_its_resolve_timeout_and_r
     )
     .unwrap();
     let mut setup = Setup::new(dir, kubeconfigs, notify);
-    let (mut server, _) = setup.serve();
+    let mut server = setup.serve().await;
     let store = setup.store().await;
     all_online(&store, 3, &setup.log).await;
     assert!(alertmanager.active().is_empty());
@@ -627,8 +614,22 @@ async fn an_offline_cluster_fires_in_alertmanager_past_its_resolve_timeout_and_r
     );
 
     // Twice the resolve_timeout later, and past the first post's endsAt: still firing,
-    // because vigil posts it again.
-    tokio::time::sleep(Duration::from_secs(12)).await;
+    // because vigil posts it again. The witness: Alertmanager received the alert again
+    // (its `updatedAt`) after both (the resolve_timeout is 5 s).
+    let expired = at(firing[0]["endsAt"].as_str().unwrap())
+        .max(at(firing[0]["updatedAt"].as_str().unwrap()) + Duration::from_secs(2 * 5));
+    wait_until(
+        "Alertmanager receives the alert again past its first expiry",
+        &setup.log,
+        async || {
+            alertmanager.active().iter().any(|alert| {
+                alert["updatedAt"]
+                    .as_str()
+                    .is_some_and(|updated| at(updated) > expired)
+            })
+        },
+    )
+    .await;
     let still = alertmanager.active();
     assert_eq!(still.len(), 1, "{still:?}");
     assert_eq!(at(still[0]["startsAt"].as_str().unwrap()), at(&starts_at));
@@ -638,8 +639,8 @@ async fn an_offline_cluster_fires_in_alertmanager_past_its_resolve_timeout_and_r
         alertmanager.active().is_empty()
     })
     .await;
-    kill(&server, "-TERM");
-    assert!(wait_exit(&mut server, Duration::from_secs(20)).success());
+    server.signal("TERM");
+    assert!(server.wait_exit(Duration::from_secs(20)).success());
 }
 
 /// Two replicas on PostgreSQL: one sends the sink's notifications (it holds the sink's
@@ -668,36 +669,24 @@ async fn with_replicas_one_sends_and_the_other_takes_over_a_killed_senders_notif
         ),
     )
     .unwrap();
-    let start = |id: &str| {
+    let start = async |id: &str| {
         let work = dir.path().join(id);
         std::fs::create_dir_all(&work).unwrap();
-        let log = work.join("vigil.log");
-        let mut child = vigil(&work)
-            .arg("serve")
-            .env("DATABASE_URL", &database_url)
-            .env("KUBECONFIG_DIR", &kubeconfigs)
-            .env(
-                "VIGIL_PLUGIN_DIR",
-                plugins::plugin_dir_with_only(&work, "kubeconfig-file"),
-            )
-            .env(
-                "VIGIL_CACHE_DIR",
-                Path::new(env!("CARGO_TARGET_TMPDIR")).join("plugins-e2e-cache"),
-            )
+        let vigil = process::serve(&work)
+            .database(&database_url)
+            .kubeconfigs(&kubeconfigs)
+            .plugins(plugins::plugin_dir_with_only(&work, "kubeconfig-file"))
+            .cache(Path::new(env!("CARGO_TARGET_TMPDIR")).join("plugins-e2e-cache"))
             .env("VIGIL_REPLICA_ID", id)
             .env("VIGIL_NOTIFY_CONFIG", &notify)
-            .env("CLUSTER_HEALTH_INTERVAL", "1")
-            .env("CLUSTER_HEALTH_TIMEOUT", "5")
-            .env("CLUSTER_HEALTH_FAILURE_THRESHOLD", "2")
-            .stderr(File::create(&log).unwrap())
-            .spawn()
-            .map(Running)
-            .unwrap();
-        listening_on(&log, &mut child);
-        (child, log)
+            .policy(1, 5, 2)
+            .start()
+            .await;
+        let log = vigil.log_path().to_path_buf();
+        (vigil, log)
     };
-    let (r1, log1) = start("r1");
-    let (r2, log2) = start("r2");
+    let (r1, log1) = start("r1").await;
+    let (r2, log2) = start("r2").await;
     let mut replicas = [(Some(r1), log1), (Some(r2), log2)];
     let store = Store::open(&database_url).await.unwrap();
     all_online(&store, 3, &replicas[0].1).await;
@@ -718,9 +707,7 @@ async fn with_replicas_one_sends_and_the_other_takes_over_a_killed_senders_notif
         .await
         .unwrap();
     let (killed, other) = if holder == "r1" { (0, 1) } else { (1, 0) };
-    let mut sender = replicas[killed].0.take().unwrap();
-    kill(&sender, "-KILL");
-    wait_exit(&mut sender, Duration::from_secs(10));
+    replicas[killed].0.take().unwrap().kill();
     receiver.set("hold", false);
 
     wait_until(
@@ -747,12 +734,26 @@ async fn with_replicas_one_sends_and_the_other_takes_over_a_killed_senders_notif
             .any(|r| summary(r) == format!("status-changed {down} OFFLINE->ONLINE"))
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Nothing more: not when every cluster has been probed twice more (once a second).
+    let probes =
+        |fleet: &Fleet| -> Vec<u64> { fleet.clusters().iter().map(|c| c.log().count()).collect() };
+    let before = probes(&fleet);
+    wait_until(
+        "every cluster probed twice more",
+        &replicas[other].1,
+        async || {
+            probes(&fleet)
+                .iter()
+                .zip(&before)
+                .all(|(now, then)| *now >= then + 2)
+        },
+    )
+    .await;
     let summaries: Vec<String> = receiver.accepted().iter().map(summary).collect();
     assert_eq!(summaries.len(), 3, "{summaries:#?}");
     let mut survivor = replicas[other].0.take().unwrap();
-    kill(&survivor, "-TERM");
-    assert!(wait_exit(&mut survivor, Duration::from_secs(20)).success());
+    survivor.signal("TERM");
+    assert!(survivor.wait_exit(Duration::from_secs(20)).success());
 }
 
 /// A webhook over HTTPS: delivered when the sink trusts the receiver's CA (`ca_file`);
@@ -795,7 +796,8 @@ async fn a_webhook_over_https_is_delivered_only_to_a_receiver_the_sink_trusts() 
     )
     .unwrap();
     let mut setup = Setup::new(dir, kubeconfigs, notify);
-    let (mut server, api) = setup.serve();
+    let mut server = setup.serve().await;
+    let api = server.api();
     let store = setup.store().await;
     all_online(&store, 2, &setup.log).await;
     fleet.get(0).unwrap().refuse().await.unwrap();
@@ -829,6 +831,6 @@ async fn a_webhook_over_https_is_delivered_only_to_a_receiver_the_sink_trusts() 
         1,
         "only the trusting sink got through"
     );
-    kill(&server, "-TERM");
-    assert!(wait_exit(&mut server, Duration::from_secs(20)).success());
+    server.signal("TERM");
+    assert!(server.wait_exit(Duration::from_secs(20)).success());
 }

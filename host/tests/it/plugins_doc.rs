@@ -78,7 +78,7 @@ pub(crate) fn run_guide(
     cache: &Path,
     configure: impl FnOnce(&mut Command),
 ) -> String {
-    let vigil = PathBuf::from(env!("CARGO_BIN_EXE_vigil"));
+    let vigil = crate::process::binary();
     let path = std::env::join_paths(
         std::iter::once(vigil.parent().expect("bin dir").to_path_buf()).chain(
             std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),

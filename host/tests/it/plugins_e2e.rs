@@ -8,9 +8,9 @@
 //! `info`: it sees compiled plugin code, never credentials, and at trace level it logs
 //! every function it compiles.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
@@ -23,26 +23,23 @@ use vigil_fake_kube::{
     ShapePlan, WrittenKubeconfig,
 };
 use vigil_store::{ClusterRecord, Store};
+use vigil_test_support::wait;
 
 use crate::process;
 use vigil_test_support as plugins;
 
-use process::{Running, log_lines, message, read_log, sigterm, tail, vigil, wait_exit};
+use process::{TRACE, log_lines, message, read_log};
 
 /// The one request a probe makes.
 const NAMESPACES: &str = "/api/v1/namespaces";
 
-/// Everything at trace, except Cranelift's code generation (see the module comment).
-const TRACE: &str = "trace,cranelift_codegen=info,cranelift_frontend=info,\
-                     cranelift_entity=info,wasmtime_internal_cranelift=info,regalloc2=info";
+/// How long a cluster may take to reach the state a test waits for.
+const WAIT: Duration = Duration::from_secs(30);
 
-/// A running `vigil serve` with its own database, cache and log file.
+/// A running `vigil serve` with its own database and log file, and the database open.
 struct Vigil {
-    child: Running,
-    log: PathBuf,
+    process: process::Vigil,
     store: Store,
-    /// Where its REST API listens.
-    api: std::net::SocketAddr,
 }
 
 impl Vigil {
@@ -53,86 +50,54 @@ impl Vigil {
     }
 
     async fn start_with(dir: &Path, kubeconfigs: &Path, env: &[(&str, &str)]) -> Self {
-        let log = dir.join("vigil.log");
-        let mut command = vigil(dir);
-        command.envs(env.iter().copied());
-        let mut child = command
-            .arg("serve")
-            .env("KUBECONFIG_DIR", kubeconfigs)
-            .env(
-                "VIGIL_PLUGIN_DIR",
-                plugins::plugin_dir_with_only(dir, "kubeconfig-file"),
-            )
+        let process = process::serve(dir)
+            .kubeconfigs(kubeconfigs)
+            .plugins(plugins::plugin_dir_with_only(dir, "kubeconfig-file"))
             // Shared by the tests of this file (the cache is safe to share): the plugin
             // is compiled once per build of it, not once per test.
-            .env(
-                "VIGIL_CACHE_DIR",
-                Path::new(env!("CARGO_TARGET_TMPDIR")).join("plugins-e2e-cache"),
-            )
-            .env("CLUSTER_HEALTH_INTERVAL", "1")
-            .env("CLUSTER_HEALTH_TIMEOUT", "1")
-            .env("CLUSTER_HEALTH_FAILURE_THRESHOLD", "2")
-            .env("VIGIL_LOG_FORMAT", "json")
-            .env("RUST_LOG", TRACE)
-            .stderr(File::create(&log).unwrap())
-            .spawn()
-            .map(Running)
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while !log_lines(&log)
-            .iter()
-            .any(|l| message(l) == "discovery done")
-        {
-            if let Some(status) = child.try_wait().unwrap() {
-                panic!("vigil exited with {status:?}:\n{}", tail(&log));
-            }
-            assert!(
-                Instant::now() < deadline,
-                "vigil did not discover within 120 s:\n{}",
-                tail(&log)
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+            .cache(Path::new(env!("CARGO_TARGET_TMPDIR")).join("plugins-e2e-cache"))
+            .policy(1, 1, 2)
+            .json_log(TRACE)
+            .envs(env.iter().copied())
+            .until_discovered()
+            .start()
+            .await;
         let store = Store::open(&format!("sqlite://{}", dir.join("vigil.db").display()))
             .await
             .unwrap();
-        let api = log_lines(&log)
-            .iter()
-            .find(|l| message(l) == "REST API listening")
-            .and_then(|l| l["fields"]["listen"].as_str()?.parse().ok())
-            .expect("the API's address is logged");
-        Self {
-            child,
-            log,
-            store,
-            api,
-        }
+        Self { process, store }
     }
 
     async fn cluster(&self, name: &str) -> ClusterRecord {
         self.store.cluster(name).await.unwrap()
     }
 
+    /// Its log lines so far.
+    fn log_lines(&self) -> Vec<serde_json::Value> {
+        self.process.log_lines()
+    }
+
     /// Waits until `check` holds for cluster `name`.
     async fn wait_for(&self, name: &str, what: &str, check: impl Fn(&ClusterRecord) -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let cluster = self.cluster(name).await;
-            if check(&cluster) {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{name} never became {what}; now {:?} last {:?} ({:?}: {:?}), conditions {:?}\n{}",
-                cluster.health.status,
-                cluster.last_outcome,
-                cluster.last_reason_class,
-                cluster.last_reason,
-                cluster.health.conditions,
-                tail(&self.log)
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let seen = RefCell::new(String::new());
+        wait::until_async(
+            &format!("{name} is {what}"),
+            WAIT,
+            || format!("{name} is now {}\n{}", seen.borrow(), self.process.tail()),
+            async || {
+                let cluster = self.cluster(name).await;
+                *seen.borrow_mut() = format!(
+                    "{:?}, last {:?} ({:?}: {:?}), conditions {:?}",
+                    cluster.health.status,
+                    cluster.last_outcome,
+                    cluster.last_reason_class,
+                    cluster.last_reason,
+                    cluster.health.conditions,
+                );
+                check(&cluster).then_some(())
+            },
+        )
+        .await;
     }
 
     async fn wait_status(&self, name: &str, status: ClusterStatus) {
@@ -140,13 +105,43 @@ impl Vigil {
             .await;
     }
 
+    /// Waits until, in the lines its log gained after its first `from`, every cluster of
+    /// `names` has an applied outcome that `counted` accepts `count` times.
+    async fn wait_outcomes(
+        &self,
+        what: &str,
+        names: &[String],
+        from: usize,
+        count: usize,
+        counted: impl Fn(&str) -> bool,
+    ) {
+        wait::until_async(
+            what,
+            WAIT,
+            || self.process.tail(),
+            async || {
+                let lines = self.log_lines();
+                let outcomes = applied_outcomes(&lines[from.min(lines.len())..]);
+                names
+                    .iter()
+                    .all(|name| {
+                        outcomes
+                            .get(name)
+                            .map_or(0, |seen| seen.iter().filter(|o| counted(o)).count())
+                            >= count
+                    })
+                    .then_some(())
+            },
+        )
+        .await;
+    }
+
     /// Stops vigil with SIGTERM and returns its log lines.
-    async fn stop(mut self) -> Vec<serde_json::Value> {
+    async fn stop(self) -> Vec<serde_json::Value> {
         self.store.close().await;
-        sigterm(&self.child);
-        let status = wait_exit(&mut self.child, Duration::from_secs(15));
-        assert!(status.success(), "exit {status:?}\n{}", tail(&self.log));
-        log_lines(&self.log)
+        let log = self.process.log_path().to_owned();
+        self.process.stop();
+        log_lines(&log)
     }
 }
 
@@ -358,13 +353,31 @@ async fn discovered_clusters_go_online_an_outage_cascades_and_recovery_restores_
     );
     assert_eq!(status_of(&apps, "elsewhere"), AppStatus::Deployed);
 
-    // Quiesce before counting: with every cluster refusing, a probe still in flight
-    // finishes and later ones reach no server.
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    // Quiesce before counting: every cluster probed healthy a few times, then refusing;
+    // once each has met the refusal, the probe that was in flight then has finished and
+    // later ones reach no server.
+    vigil
+        .wait_outcomes(
+            "every cluster is probed healthy 3 times",
+            &names,
+            0,
+            3,
+            |o| o == "healthy",
+        )
+        .await;
+    let refused_from = vigil.log_lines().len();
     for cluster in fleet.clusters() {
         cluster.refuse().await.unwrap();
     }
-    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    vigil
+        .wait_outcomes(
+            "every cluster is probed once refusing",
+            &names,
+            refused_from,
+            1,
+            |o| o == "unhealthy",
+        )
+        .await;
     let log = vigil.stop().await;
 
     // One namespace list per probe that reached the server, and no other request.
@@ -692,7 +705,7 @@ async fn no_secret_in_api_responses_the_event_stream_metrics_or_the_log() {
     for name in &names {
         vigil.wait_status(name, ClusterStatus::Online).await;
     }
-    let api = vigil.api;
+    let api = vigil.process.api();
     let events = tokio::spawn(read_events(api, Duration::from_secs(6)));
 
     // Every route, with the token where a change needs it.
@@ -722,14 +735,16 @@ async fn no_secret_in_api_responses_the_event_stream_metrics_or_the_log() {
     )
     .await;
     // The worker probes a newly registered cluster at once: probe-now waits its turn.
-    let mut probe = call("POST", "/api/v1/clusters/manual/probe", None).await;
-    for _ in 0..40 {
-        if probe.0 != 409 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        probe = call("POST", "/api/v1/clusters/manual/probe", None).await;
-    }
+    let probe = wait::until_async(
+        "probe-now has its turn (no longer 409)",
+        WAIT,
+        || vigil.process.tail(),
+        async || {
+            let probe = call("POST", "/api/v1/clusters/manual/probe", None).await;
+            (probe.0 != 409).then_some(probe)
+        },
+    )
+    .await;
     assert_eq!(probe.0, 200, "{}", probe.1);
     call("GET", "/api/v1/clusters/manual/history", None).await;
     call(
@@ -1056,11 +1071,10 @@ async fn running_out_of_file_descriptors_is_vigils_trouble_never_the_clusters() 
     // A soft limit below what vigil holds open already: every new socket or file fails
     // with EMFILE while the descriptors it has keep working. (Only the soft limit: raising
     // a hard limit back needs a capability a container may not have.)
-    let pid = vigil.child.id();
+    let pid = vigil.process.pid();
     let (soft, hard) = open_files_limit(pid);
-    let lines_before = log_lines(&vigil.log).len();
+    let lines_before = vigil.log_lines().len();
     set_open_files_limit(pid, &format!("8:{hard}"));
-    let deadline = Instant::now() + Duration::from_secs(60);
     let host_faults = |lines: &[serde_json::Value]| {
         lines[lines_before.min(lines.len())..]
             .iter()
@@ -1070,14 +1084,13 @@ async fn running_out_of_file_descriptors_is_vigils_trouble_never_the_clusters() 
             .count()
     };
     // Several probes of each cluster, more than the failure threshold.
-    while host_faults(&log_lines(&vigil.log)) < 3 * names.len() {
-        assert!(
-            Instant::now() < deadline,
-            "no probe met the exhausted descriptor table:\n{}",
-            tail(&vigil.log)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait::until_async(
+        "probes meet the exhausted descriptor table",
+        Duration::from_secs(60),
+        || vigil.process.tail(),
+        async || (host_faults(&vigil.log_lines()) >= 3 * names.len()).then_some(()),
+    )
+    .await;
     set_open_files_limit(pid, &format!("{soft}:{hard}"));
 
     for name in &names {
@@ -1091,7 +1104,7 @@ async fn running_out_of_file_descriptors_is_vigils_trouble_never_the_clusters() 
         "{apps:?}"
     );
     // The engine saw its own fault, said so, and probes normally again.
-    let (status, metrics) = http(vigil.api, "GET", "/metrics", None, None).await;
+    let (status, metrics) = http(vigil.process.api(), "GET", "/metrics", None, None).await;
     assert_eq!(status, 200);
     let counted: f64 = metrics
         .lines()

@@ -7,9 +7,9 @@
 //! and `POST /api/v1/plugins/reload` reload too; the history records each change of
 //! generation.
 
-use std::fs::File;
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::cell::RefCell;
+use std::path::Path;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use vigil::client::ApiClient;
@@ -17,18 +17,19 @@ use vigil_decision::{AppStatus, ClusterStatus, ConditionType};
 use vigil_domain::probe::wall_clock;
 use vigil_fake_kube::{AddressPlan, Fixtures, Fleet, KubeconfigOptions, KubeconfigShape};
 use vigil_store::{ClusterRecord, Store};
+use vigil_test_support::wait;
 
 use crate::process;
 use vigil_test_support as plugins;
 
 use plugins::{install, plugin_file, plugin_variant};
-use process::{Running, log_lines, message, sigterm, tail, vigil, wait_exit};
+use process::message;
 
 const GRANTS: &str = "log = true\ncredentials = true\nhttp = true\n";
 
+/// A running `vigil serve`, its database open and a client of its API.
 struct Vigil {
-    child: Running,
-    log: PathBuf,
+    process: process::Vigil,
     store: Store,
     api: ApiClient,
 }
@@ -44,52 +45,25 @@ impl Vigil {
         plugin_dir: &Path,
         env: &[(&str, &str)],
     ) -> Self {
-        let log = dir.join("vigil.log");
-        let mut command = vigil(dir);
-        command.envs(env.iter().copied());
-        let mut child = command
-            .arg("serve")
-            .env("KUBECONFIG_DIR", kubeconfigs)
-            .env("VIGIL_PLUGIN_DIR", plugin_dir)
-            .env(
-                "VIGIL_CACHE_DIR",
-                Path::new(env!("CARGO_TARGET_TMPDIR")).join("plugins-live-cache"),
-            )
-            .env("CLUSTER_HEALTH_INTERVAL", "1")
-            .env("CLUSTER_HEALTH_TIMEOUT", "2")
-            .env("CLUSTER_HEALTH_FAILURE_THRESHOLD", "2")
+        let process = process::serve(dir)
+            .kubeconfigs(kubeconfigs)
+            .plugins(plugin_dir)
+            .cache(Path::new(env!("CARGO_TARGET_TMPDIR")).join("plugins-live-cache"))
+            .policy(1, 2, 2)
             // Judged on 3 probes, the second inconclusive one fails a replacement.
             .env("VIGIL_PLUGIN_PROBATION_PROBES", "3")
             .env("VIGIL_PLUGIN_PROBATION_MAX_INCONCLUSIVE", "0.34")
-            .env("VIGIL_LOG_FORMAT", "json")
-            .env("RUST_LOG", "info")
-            .stderr(File::create(&log).unwrap())
-            .spawn()
-            .map(Running)
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while !log_lines(&log)
-            .iter()
-            .any(|l| message(l) == "discovery done")
-        {
-            if let Some(status) = child.try_wait().unwrap() {
-                panic!("vigil exited with {status:?}:\n{}", tail(&log));
-            }
-            assert!(Instant::now() < deadline, "no discovery:\n{}", tail(&log));
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+            .json_log("info")
+            .envs(env.iter().copied())
+            .until_discovered()
+            .start()
+            .await;
         let store = Store::open(&format!("sqlite://{}", dir.join("vigil.db").display()))
             .await
             .unwrap();
-        let listen: std::net::SocketAddr = log_lines(&log)
-            .iter()
-            .find(|l| message(l) == "REST API listening")
-            .and_then(|l| l["fields"]["listen"].as_str()?.parse().ok())
-            .expect("the API's address is logged");
-        let api = ApiClient::new(&format!("http://{listen}"), None).unwrap();
+        let api = ApiClient::new(&process.url(), None).unwrap();
         Self {
-            child,
-            log,
+            process,
             store,
             api,
         }
@@ -109,50 +83,67 @@ impl Vigil {
             .unwrap_or(Value::Null)
     }
 
-    /// Waits until `check` holds, failing with `what` and the log's tail.
-    async fn wait(&self, what: &str, check: impl AsyncCheck) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if check.holds(self).await {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "never: {what}\nplugins: {:#}\n{}",
-                Value::Array(self.api.plugins().await.unwrap()),
-                tail(&self.log)
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+    /// Its log lines so far.
+    fn log_lines(&self) -> Vec<Value> {
+        self.process.log_lines()
+    }
+
+    /// Waits until `check` holds for the plugin `name` as the API lists it (`Null` when it
+    /// is not listed), failing with `what`, the plugins and the log's tail.
+    async fn wait(&self, what: &str, (name, check): (&str, impl Fn(&Value) -> bool)) {
+        let listed = RefCell::new(Value::Null);
+        wait::until_async(
+            what,
+            Duration::from_secs(60),
+            || format!("plugins: {:#}\n{}", listed.borrow(), self.process.tail()),
+            async || {
+                let plugins = self.api.plugins().await.unwrap();
+                let plugin = plugins
+                    .iter()
+                    .find(|p| p["name"] == name)
+                    .cloned()
+                    .unwrap_or(Value::Null);
+                *listed.borrow_mut() = Value::Array(plugins);
+                check(&plugin).then_some(())
+            },
+        )
+        .await;
+    }
+
+    /// Waits until cluster `name` is `status`.
+    async fn wait_status(&self, name: &str, status: ClusterStatus, within: Duration) {
+        wait::until_async(
+            &format!("{name} is {}", status.as_str()),
+            within,
+            || self.process.tail(),
+            async || (self.cluster(name).await.health.status == status).then_some(()),
+        )
+        .await;
     }
 
     /// Waits for a probe of `name` that started after now, and returns the cluster then.
     async fn next_probe(&self, name: &str) -> ClusterRecord {
         let after = wall_clock();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let cluster = self.cluster(name).await;
-            if cluster.health.last_probe.is_some_and(|at| at > after) {
-                return cluster;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{name} not probed:\n{}",
-                tail(&self.log)
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        wait::until_async(
+            &format!("{name} is probed"),
+            Duration::from_secs(30),
+            || self.process.tail(),
+            async || {
+                let cluster = self.cluster(name).await;
+                cluster
+                    .health
+                    .last_probe
+                    .is_some_and(|at| at > after)
+                    .then_some(cluster)
+            },
+        )
+        .await
     }
-}
 
-/// A condition on the running engine, checked again until it holds.
-trait AsyncCheck {
-    async fn holds(&self, vigil: &Vigil) -> bool;
-}
-
-impl<F: Fn(&Value) -> bool> AsyncCheck for (&str, F) {
-    async fn holds(&self, vigil: &Vigil) -> bool {
-        (self.1)(&vigil.plugin(self.0).await)
+    /// Stops vigil with SIGTERM.
+    async fn stop(self) {
+        self.store.close().await;
+        self.process.stop();
     }
 }
 
@@ -183,17 +174,11 @@ async fn the_plugin_directory_is_live() {
     );
     std::fs::write(plugin_dir.join("kube.toml"), GRANTS).unwrap();
 
-    let vigil = Vigil::start(temp.path(), &kubeconfigs, &plugin_dir).await;
+    let mut vigil = Vigil::start(temp.path(), &kubeconfigs, &plugin_dir).await;
     for name in &names {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while vigil.cluster(name).await.health.status != ClusterStatus::Online {
-            assert!(
-                Instant::now() < deadline,
-                "{name} not ONLINE:\n{}",
-                tail(&vigil.log)
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        vigil
+            .wait_status(name, ClusterStatus::Online, Duration::from_secs(60))
+            .await;
     }
     let now = wall_clock();
     vigil
@@ -237,10 +222,10 @@ async fn the_plugin_directory_is_live() {
         "{kube:#}"
     );
     assert!(
-        log_lines(&vigil.log).iter().any(|l| l["level"] == "WARN"
+        vigil.log_lines().iter().any(|l| l["level"] == "WARN"
             && message(l).contains("kube.wasm is not a WebAssembly component")),
         "the log names the failed candidate:\n{}",
-        tail(&vigil.log)
+        vigil.process.tail()
     );
     let cluster = vigil.next_probe(&names[0]).await;
     assert_eq!(cluster.last_outcome.as_deref(), Some("healthy"));
@@ -268,13 +253,14 @@ async fn the_plugin_directory_is_live() {
     );
     // The guest's panic message reached the log through its stderr, tagged with the plugin.
     assert!(
-        log_lines(&vigil.log)
+        vigil
+            .log_lines()
             .iter()
             .any(|l| l["fields"]["plugin"] == "kube"
                 && l["fields"]["stream"] == "stderr"
                 && message(l).contains("vigil test plugin: deliberate panic while probing")),
         "the log has the plugin's panic message:\n{}",
-        tail(&vigil.log)
+        vigil.process.tail()
     );
     let cluster = vigil.next_probe(&names[0]).await;
     assert_eq!(cluster.last_outcome.as_deref(), Some("healthy"));
@@ -329,23 +315,18 @@ async fn the_plugin_directory_is_live() {
     );
 
     // 4. SIGHUP reloads (and does not stop vigil); the API's reload answers.
-    let status = std::process::Command::new("kill")
-        .args(["-HUP", &vigil.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !log_lines(&vigil.log)
-        .iter()
-        .any(|l| message(l) == "SIGHUP: reloading the plugin directory")
-    {
-        assert!(
-            Instant::now() < deadline,
-            "no SIGHUP reload:\n{}",
-            tail(&vigil.log)
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    vigil.process.signal("HUP");
+    vigil
+        .process
+        .wait_log(
+            "SIGHUP reloads the plugin directory",
+            Duration::from_secs(10),
+            |log| {
+                log.contains("SIGHUP: reloading the plugin directory")
+                    .then_some(())
+            },
+        )
+        .await;
     let reload = vigil.api.reload_plugins().await.unwrap();
     assert_eq!(
         reload["unchanged"],
@@ -392,29 +373,32 @@ async fn the_plugin_directory_is_live() {
 
     // 6. The history tells each change of the plugin's generations, in order (recorded
     // as they happen, so the last one may still be on its way).
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let told = loop {
-        let events = vigil.store.events_after(0, 10_000).await.unwrap();
-        let told: Vec<(String, Value)> = events
+    let seen = RefCell::new(Vec::new());
+    let (events, told) = wait::until_async(
+        "the retirement is in the history",
+        Duration::from_secs(10),
+        || format!("the history tells: {:?}", seen.borrow()),
+        async || {
+            let events = vigil.store.events_after(0, 10_000).await.unwrap();
+            let told: Vec<(String, Value)> = events
+                .iter()
+                .filter(|e| e.kind.starts_with("plugin-"))
+                .map(|e| (e.kind.clone(), serde_json::from_str(&e.detail).unwrap()))
+                .collect();
+            if told.iter().any(|(kind, _)| kind == "plugin-retired") {
+                return Some((events, told));
+            }
+            *seen.borrow_mut() = told;
+            None
+        },
+    )
+    .await;
+    assert!(
+        events
             .iter()
-            .filter(|e| e.kind.starts_with("plugin-"))
-            .map(|e| (e.kind.clone(), serde_json::from_str(&e.detail).unwrap()))
-            .collect();
-        if told.iter().any(|(kind, _)| kind == "plugin-retired") {
-            assert!(
-                events
-                    .iter()
-                    .any(|e| e.kind == "plugins-reloaded" && e.cluster_name.is_none()),
-                "the API's reload is recorded too"
-            );
-            break told;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the retirement is not in the history: {told:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+            .any(|e| e.kind == "plugins-reloaded" && e.cluster_name.is_none()),
+        "the API's reload is recorded too"
+    );
     let summary: Vec<(&str, u64)> = told
         .iter()
         .map(|(kind, detail)| (kind.as_str(), detail["generation"].as_u64().unwrap()))
@@ -453,11 +437,7 @@ async fn the_plugin_directory_is_live() {
         assert!(scrape.contains(&series), "{series} in:\n{scrape}");
     }
 
-    vigil.store.close().await;
-    let mut child = vigil.child;
-    sigterm(&child);
-    let status = wait_exit(&mut child, Duration::from_secs(15));
-    assert!(status.success(), "exit {status:?}\n{}", tail(&vigil.log));
+    vigil.stop().await;
 }
 
 /// `POST path` with a JSON body to vigil's API (no token: loopback, no token set).
@@ -578,15 +558,9 @@ async fn dropping_kube_secret_in_makes_a_secret_cluster_probeable_without_restar
         &plugin_dir.join("kube-secret.wasm"),
         &std::fs::read(plugin_file("kube-secret")).unwrap(),
     );
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while vigil.cluster("remote").await.health.status != ClusterStatus::Online {
-        assert!(
-            Instant::now() < deadline,
-            "remote never ONLINE:\n{}",
-            tail(&vigil.log)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    vigil
+        .wait_status("remote", ClusterStatus::Online, Duration::from_secs(60))
+        .await;
     let remote = vigil.cluster("remote").await;
     assert_eq!(
         remote.last_probed_by.as_ref().map(|b| b.plugin.as_str()),
@@ -646,9 +620,5 @@ async fn dropping_kube_secret_in_makes_a_secret_cluster_probeable_without_restar
             .is_empty()
     );
 
-    vigil.store.close().await;
-    let mut child = vigil.child;
-    sigterm(&child);
-    let status = wait_exit(&mut child, Duration::from_secs(15));
-    assert!(status.success(), "exit {status:?}\n{}", tail(&vigil.log));
+    vigil.stop().await;
 }

@@ -9,24 +9,51 @@
 //! Its compiled code goes through vigil's compiled-code cache in one directory under
 //! `target/` shared by these tests and kept between runs: the interpreter inside the
 //! component is compiled once per build of the component, not once per test.
+//!
+//! System tests: they need componentize-py, which `scripts/install-tools componentize-py`
+//! installs; without it they fail naming that command.
 
+use std::cell::RefCell;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use vigil_decision::ClusterStatus;
 use vigil_store::{ClusterRecord, Store};
+use vigil_test_support::{tools, wait};
 
 use crate::plugins_doc::{root, run_guide};
-use crate::process::{Running, log_lines, message, tail, vigil};
+use crate::process::{self, vigil};
 
 const NAME: &str = "python-http-probe";
 const API_TOKEN: &str = "python-plugin-test-token-0123456789";
+
+/// Fails, naming `scripts/install-tools componentize-py`, unless componentize-py is where
+/// that command installs it: in a venv named by the version the example's requirements.txt
+/// pins, where scripts/build-python-plugin finds it. These tests never install it.
+fn require_componentize_py() {
+    let requirements = root().join("examples").join(NAME).join("requirements.txt");
+    let pins = std::fs::read_to_string(&requirements).expect("the example's requirements.txt");
+    let version = pins
+        .lines()
+        .find_map(|line| line.strip_prefix("componentize-py=="))
+        .and_then(|rest| rest.split([' ', '\\']).next())
+        .unwrap_or_else(|| panic!("no componentize-py==VERSION in {}", requirements.display()));
+    let program = root()
+        .join("target/tools")
+        .join(format!("componentize-py-{version}"))
+        .join("bin/componentize-py");
+    assert!(
+        program.is_file(),
+        "{}",
+        tools::missing(&program.display().to_string(), "componentize-py")
+    );
+}
 
 /// The built component (and its `.toml` beside it), built once per test binary by the
 /// project's own script, which does nothing when it is up to date.
@@ -34,6 +61,7 @@ fn component() -> PathBuf {
     static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     BUILT
         .get_or_init(|| {
+            require_componentize_py();
             let output = Command::new(root().join("scripts/build-python-plugin"))
                 .env_remove("VIRTUAL_ENV")
                 .output()
@@ -203,28 +231,29 @@ fn api(address: &str, method: &str, path: &str, body: Option<Value>) -> (u16, St
 
 async fn wait_for(
     store: &Store,
-    log: &Path,
+    vigil: &process::Vigil,
     name: &str,
     what: &str,
     check: impl Fn(&ClusterRecord) -> bool,
 ) -> ClusterRecord {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let cluster = store.cluster(name).await.expect("the cluster");
-        if check(&cluster) {
-            return cluster;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{name} never became {what}; now {:?} last {:?} ({:?}: {:?})\n{}",
-            cluster.health.status,
-            cluster.last_outcome,
-            cluster.last_reason_class,
-            cluster.last_reason,
-            tail(log)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let seen = RefCell::new(String::new());
+    wait::until_async(
+        &format!("{name} is {what}"),
+        Duration::from_secs(60),
+        || format!("{name} is now {}\n{}", seen.borrow(), vigil.tail()),
+        async || {
+            let cluster = store.cluster(name).await.expect("the cluster");
+            *seen.borrow_mut() = format!(
+                "{:?}, last {:?} ({:?}: {:?})",
+                cluster.health.status,
+                cluster.last_outcome,
+                cluster.last_reason_class,
+                cluster.last_reason,
+            );
+            check(&cluster).then_some(cluster)
+        },
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -244,36 +273,16 @@ async fn vigil_serve_probes_through_the_python_plugin_and_its_egress_stays_in_it
 
     let dir = tempfile::tempdir().expect("tempdir");
     let plugins = plugin_dir(dir.path());
-    let log = dir.path().join("vigil.log");
-    let mut child = vigil(dir.path())
-        .arg("serve")
-        .env("VIGIL_PLUGIN_DIR", &plugins)
-        .env("VIGIL_CACHE_DIR", cache_dir())
+    let vigil = process::serve(dir.path())
+        .plugins(&plugins)
+        .cache(cache_dir())
         .env("VIGIL_API_TOKEN", API_TOKEN)
-        .env("KUBECONFIG_DIR", dir.path().join("no-kubeconfigs"))
-        .env("CLUSTER_HEALTH_INTERVAL", "1")
-        .env("CLUSTER_HEALTH_TIMEOUT", "5")
-        .env("CLUSTER_HEALTH_FAILURE_THRESHOLD", "2")
-        .env("VIGIL_LOG_FORMAT", "json")
-        .stderr(std::fs::File::create(&log).expect("log file"))
-        .spawn()
-        .map(Running)
-        .expect("start vigil serve");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let address = loop {
-        let lines = log_lines(&log);
-        if let Some(line) = lines.iter().find(|l| message(l) == "REST API listening") {
-            break line["fields"]["listen"]
-                .as_str()
-                .expect("listen")
-                .to_owned();
-        }
-        if let Some(status) = child.try_wait().expect("wait") {
-            panic!("vigil exited with {status:?}:\n{}", tail(&log));
-        }
-        assert!(Instant::now() < deadline, "never listened:\n{}", tail(&log));
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+        .kubeconfigs(dir.path().join("no-kubeconfigs"))
+        .policy(1, 5, 2)
+        .json_log("info")
+        .start()
+        .await;
+    let address = vigil.api().to_string();
     let store = Store::open(&format!(
         "sqlite://{}",
         dir.path().join("vigil.db").display()
@@ -301,7 +310,7 @@ async fn vigil_serve_probes_through_the_python_plugin_and_its_egress_stays_in_it
         assert_eq!(status, 201, "{name}: {body}");
     }
 
-    let up = wait_for(&store, &log, "up", "ONLINE", |c| {
+    let up = wait_for(&store, &vigil, "up", "ONLINE", |c| {
         c.health.status == ClusterStatus::Online
     })
     .await;
@@ -311,7 +320,7 @@ async fn vigil_serve_probes_through_the_python_plugin_and_its_egress_stays_in_it
     );
 
     // Both conditions fail, each named with what was seen (the body never quoted).
-    let down = wait_for(&store, &log, "down", "OFFLINE", |c| {
+    let down = wait_for(&store, &vigil, "down", "OFFLINE", |c| {
         c.health.status == ClusterStatus::Offline
     })
     .await;
@@ -326,7 +335,7 @@ async fn vigil_serve_probes_through_the_python_plugin_and_its_egress_stays_in_it
 
     // The redirect's request is denied by vigil: inconclusive, the cluster's status and
     // failures untouched, and the other port never dialled.
-    let redirected = wait_for(&store, &log, "redirected", "inconclusive twice", |c| {
+    let redirected = wait_for(&store, &vigil, "redirected", "inconclusive twice", |c| {
         c.health.consecutive_inconclusive >= 2
     })
     .await;
@@ -338,13 +347,14 @@ async fn vigil_serve_probes_through_the_python_plugin_and_its_egress_stays_in_it
     assert!(health.connections.load(Ordering::SeqCst) >= 4);
 
     store.close().await;
-    crate::process::sigterm(&child);
-    let status = crate::process::wait_exit(&mut child, Duration::from_secs(15));
-    assert!(status.success(), "exit {status:?}\n{}", tail(&log));
+    vigil.stop();
 }
 
 #[test]
 fn every_python_shell_command_of_plugins_md_runs_and_the_plugin_is_accepted() {
+    // The guide installs componentize-py anew, as a new user does: with python3's venv and
+    // pip, from PyPI or pip's cache, which a machine that installed the tool has.
+    require_componentize_py();
     let root = root();
     let guide = std::fs::read_to_string(root.join("PLUGINS.md")).expect("PLUGINS.md");
     let script = crate::plugins_doc::fenced_blocks(&guide, "sh python").concat();
@@ -407,40 +417,4 @@ fn every_python_shell_command_of_plugins_md_runs_and_the_plugin_is_accepted() {
             "{file} not installed"
         );
     }
-}
-
-/// A component instantiating three times a core module that defines one memory: three
-/// memories, one more than a component may have.
-const THREE_MEMORIES: &[u8] = &[
-    0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x00, // a component
-    0x01, 0x0d, // its core module, 13 bytes:
-    0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, // a core module
-    0x05, 0x03, 0x01, 0x00, 0x01, // one memory of one page
-    0x02, 0x0a, 0x03, // three core instances of it
-    0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
-];
-
-#[test]
-fn plugin_check_refuses_a_component_past_the_pool_s_limits_naming_the_limit() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let wasm = dir.path().join("three-memories.wasm");
-    std::fs::write(&wasm, THREE_MEMORIES).expect("write");
-    let output = vigil(dir.path())
-        .args(["plugin", "check"])
-        .arg(&wasm)
-        .env("VIGIL_CACHE_DIR", dir.path().join("cache"))
-        .output()
-        .expect("run vigil plugin check");
-    let printed = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert_eq!(output.status.code(), Some(4), "{printed}");
-    assert!(
-        printed.contains(
-            "it does not fit vigil's instance pool: it needs 3 memories; vigil allows 2 per component"
-        ),
-        "{printed}"
-    );
 }

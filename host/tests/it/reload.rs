@@ -2,13 +2,13 @@
 //! does, from the next request on; a file that cannot be used is refused (the log says
 //! so, without its contents) and the tokens in force are kept.
 
-use std::fs::File;
 use std::io::{Read as _, Write as _};
 use std::net::SocketAddr;
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::process::{Running, listening_on, read_log, sigterm, tail, vigil, wait_exit};
+use vigil_test_support::wait;
+
+use crate::process;
 
 /// The status of a GET of `path` with `token`.
 fn status(address: SocketAddr, path: &str, token: &str) -> u16 {
@@ -31,62 +31,45 @@ fn status(address: SocketAddr, path: &str, token: &str) -> u16 {
         .unwrap_or(0)
 }
 
-fn hangup(server: &Running) {
-    let done = Command::new("kill")
-        .args(["-HUP", &server.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(done.success());
-}
-
 #[test]
 fn sighup_reads_the_tokens_file_again_and_keeps_the_tokens_when_the_new_file_is_bad() {
     let dir = tempfile::tempdir().unwrap();
     let tokens = dir.path().join("tokens");
     let (old, new) = ("old-token-0123456789abcdef", "new-token-0123456789abcdef");
     std::fs::write(&tokens, format!("ops:{old}\n")).unwrap();
-    let log = dir.path().join("vigil.log");
-    let mut server = vigil(dir.path())
-        .arg("serve")
+    let mut server = process::serve(dir.path())
         .env("VIGIL_API_TOKENS_FILE", &tokens)
         .env("VIGIL_API_READ_AUTH", "true")
         .env("KUBECONFIG_PATH", dir.path().join("none"))
-        .stderr(File::create(&log).unwrap())
-        .spawn()
-        .map(Running)
-        .unwrap();
-    let api: SocketAddr = listening_on(&log, &mut server).parse().unwrap();
+        .start_blocking();
+    let api: SocketAddr = server.api();
     assert_eq!(status(api, "/api/v1/clusters", old), 200);
     assert_eq!(status(api, "/api/v1/clusters", new), 401);
 
-    let wait_for = |what: &str, check: &dyn Fn() -> bool| {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !check() {
-            assert!(Instant::now() < deadline, "never {what}:\n{}", tail(&log));
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    };
     std::fs::write(&tokens, format!("ops:{new}\n")).unwrap();
-    hangup(&server);
-    wait_for("the new token accepted", &|| {
-        status(api, "/api/v1/clusters", new) == 200
-    });
+    server.signal("HUP");
+    wait::until(
+        "the new token is accepted",
+        Duration::from_secs(20),
+        || server.tail(),
+        || (status(api, "/api/v1/clusters", new) == 200).then_some(()),
+    );
     assert_eq!(status(api, "/api/v1/clusters", old), 401);
 
     std::fs::write(&tokens, "ops:short\n").unwrap();
-    hangup(&server);
-    wait_for("the bad file refused", &|| {
-        read_log(&log).contains("the API tokens file read again is refused")
+    server.signal("HUP");
+    server.wait_log_blocking("the bad file is refused", Duration::from_secs(20), |log| {
+        log.contains("the API tokens file read again is refused")
+            .then_some(())
     });
-    assert!(read_log(&log).contains("line 1 of the tokens file"));
+    assert!(server.log().contains("line 1 of the tokens file"));
     assert_eq!(
         status(api, "/api/v1/clusters", new),
         200,
         "the tokens in force"
     );
-    let text = read_log(&log);
+    let text = server.log();
     assert!(!text.contains(old) && !text.contains(new) && !text.contains("short"));
 
-    sigterm(&server);
-    assert!(wait_exit(&mut server, Duration::from_secs(20)).success());
+    server.stop();
 }

@@ -3,13 +3,14 @@
 //! "probed once per interval, never twice" is what the clusters saw, whichever replica
 //! probed them. Then an outage and its recovery (applied once each, whichever replicas
 //! probed), a replica killed (`SIGKILL`) and restarted, one stopped (`SIGTERM`), and one
-//! paused (`SIGSTOP`) past its lease, whose results must be discarded.
+//! paused (`SIGSTOP`) past its lease, whose results must be discarded. System tests:
+//! PostgreSQL, and network namespaces and iptables for the replica cut off.
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use vigil_decision::{AppStatus, ClusterStatus};
@@ -17,7 +18,8 @@ use vigil_fake_kube::kubeconfig::write_kubeconfigs;
 use vigil_fake_kube::{AddressPlan, Fleet, KubeconfigOptions, KubeconfigShape, ShapePlan};
 use vigil_store::Store;
 
-use crate::process::{Running, http_get, sigterm, tail, vigil, wait_exit};
+use crate::process::{self, Vigil, http_get};
+use vigil_test_support::{tools, wait};
 
 /// The one request a probe makes.
 const NAMESPACES: &str = "/api/v1/namespaces";
@@ -39,9 +41,7 @@ static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(())
 
 struct Replica {
     id: String,
-    child: Option<Running>,
-    log: PathBuf,
-    api: Option<SocketAddr>,
+    vigil: Vigil,
 }
 
 struct Setup {
@@ -67,15 +67,28 @@ enum Network {
 }
 
 impl Setup {
-    fn start(&self, id: &str) -> Replica {
-        self.start_in(id, Network::Shared)
+    async fn start(&self, id: &str) -> Replica {
+        self.start_in(id, Network::Shared).await
     }
 
-    fn start_in(&self, id: &str, network: Network) -> Replica {
+    async fn start_in(&self, id: &str, network: Network) -> Replica {
         let work = self.dir.join(id);
         std::fs::create_dir_all(&work).unwrap();
-        let log = work.join(format!("vigil-{}.log", now_ms()));
-        let mut command = vigil(&work);
+        let mut serve = process::serve(&work)
+            .log_file(work.join(format!("vigil-{}.log", now_ms())))
+            .envs(self.env.iter().copied())
+            .database(&self.database_url)
+            .kubeconfigs(&self.kubeconfigs)
+            .env("KUBECONFIG_PATH", "")
+            .plugins(vigil_test_support::plugin_dir_with_only(
+                &work,
+                "kubeconfig-file",
+            ))
+            .cache(Path::new(env!("CARGO_TARGET_TMPDIR")).join("replicas-cache"))
+            .env("VIGIL_REPLICA_ID", id)
+            .env("VIGIL_CLAIM_LEASE", "5")
+            .policy(u32::try_from(self.interval).unwrap(), 2, 2)
+            .env("RUST_LOG", "info,cranelift_codegen=warn,wasmtime=warn");
         if network != Network::Shared {
             let setup = match network {
                 Network::CutOffSilently => {
@@ -85,82 +98,33 @@ impl Setup {
             };
             // `unshare` execs the shell in the new namespace, which execs vigil: the
             // child's pid is vigil's.
-            let program = command.get_program().to_owned();
-            command = std::process::Command::new("unshare");
-            command
-                .args(["--net", "--", "sh", "-c"])
-                .arg(format!("{setup} && exec \"$0\" \"$@\""))
-                .arg(program)
-                .current_dir(&work)
-                .env_clear()
-                .env("HOME", &work)
-                .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-                .env("VIGIL_LISTEN", "127.0.0.1:0")
-                .env("NO_COLOR", "1")
-                .stdin(std::process::Stdio::null());
-        }
-        let child = command
-            .arg("serve")
-            .envs(self.env.iter().copied())
-            .env("DATABASE_URL", &self.database_url)
-            .env("KUBECONFIG_DIR", &self.kubeconfigs)
-            .env("KUBECONFIG_PATH", "")
-            .env(
-                "VIGIL_PLUGIN_DIR",
-                vigil_test_support::plugin_dir_with_only(&work, "kubeconfig-file"),
-            )
-            .env(
-                "VIGIL_CACHE_DIR",
-                Path::new(env!("CARGO_TARGET_TMPDIR")).join("replicas-cache"),
-            )
-            .env("VIGIL_REPLICA_ID", id)
-            .env("VIGIL_CLAIM_LEASE", "5")
-            .env("CLUSTER_HEALTH_INTERVAL", self.interval.to_string())
-            .env("CLUSTER_HEALTH_TIMEOUT", "2")
-            .env("CLUSTER_HEALTH_FAILURE_THRESHOLD", "2")
-            .env("RUST_LOG", "info,cranelift_codegen=warn,wasmtime=warn")
-            .stderr(File::create(&log).unwrap())
-            .spawn()
-            .map(Running)
-            .unwrap();
-        let mut replica = Replica {
-            id: id.to_owned(),
-            child: Some(child),
-            log,
-            api: None,
-        };
-        let deadline = Instant::now() + Duration::from_secs(180);
-        while replica.api.is_none() {
-            let text = std::fs::read_to_string(&replica.log).unwrap_or_default();
-            replica.api = text
-                .lines()
-                .find(|line| line.contains("REST API listening"))
-                .and_then(|line| line.split("listen=").nth(1))
-                .and_then(|rest| rest.split_whitespace().next())
-                .and_then(|address| address.parse().ok());
-            if let Some(status) = replica.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("{id} exited with {status:?}:\n{}", tail(&replica.log));
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{id} did not start:\n{}",
-                tail(&replica.log)
+            serve = serve.wrapped(
+                "unshare",
+                [
+                    "--net".to_owned(),
+                    "--".to_owned(),
+                    "sh".to_owned(),
+                    "-c".to_owned(),
+                    format!("{setup} && exec \"$0\" \"$@\""),
+                ],
             );
-            std::thread::sleep(Duration::from_millis(100));
         }
-        replica
+        Replica {
+            id: id.to_owned(),
+            vigil: serve.start().await,
+        }
     }
 }
 
 impl Replica {
     fn get(&self, path: &str) -> String {
-        http_get(self.api.expect("started"), path)
+        http_get(self.vigil.api(), path)
     }
 
     /// A GET on the API of a replica in a network namespace of its own, from inside it.
     fn get_inside(&self, path: &str) -> String {
-        let pid = self.child.as_ref().expect("running").id().to_string();
-        let address = self.api.expect("started");
+        let pid = self.vigil.pid().to_string();
+        let address = self.vigil.api();
         let script = format!(
             "exec 3<>/dev/tcp/{}/{} && printf 'GET {path} HTTP/1.1\\r\\nHost: 127.0.0.1\\r\\nConnection: close\\r\\n\\r\\n' >&3 && cat <&3",
             address.ip(),
@@ -176,29 +140,21 @@ impl Replica {
             .map(|(_, body)| body.to_owned())
             .unwrap_or(response)
     }
-
-    fn signal(&self, signal: &str) {
-        let pid = self.child.as_ref().expect("running").id().to_string();
-        let status = std::process::Command::new("kill")
-            .args([signal, &pid])
-            .status()
-            .unwrap();
-        assert!(status.success(), "kill {signal} {pid}");
-    }
 }
 
 /// An event stream read from a replica in a thread of its own: the `(id, kind)` of each
 /// event, in the order received.
 struct Stream {
     received: std::sync::Arc<std::sync::Mutex<Vec<(i64, String)>>>,
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// The answer's status line was read: the stream's start is fixed.
+    connected: std::sync::Arc<AtomicBool>,
+    stop: std::sync::Arc<AtomicBool>,
     reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Stream {
     fn open(address: SocketAddr, last_event_id: Option<i64>) -> Self {
         use std::io::BufRead as _;
-        use std::sync::atomic::Ordering;
         let mut stream = std::net::TcpStream::connect(address).unwrap();
         stream
             .set_read_timeout(Some(Duration::from_millis(500)))
@@ -211,9 +167,11 @@ impl Stream {
         .unwrap();
         let received: std::sync::Arc<std::sync::Mutex<Vec<(i64, String)>>> =
             std::sync::Arc::default();
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let connected = std::sync::Arc::new(AtomicBool::new(false));
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
         let reader = {
             let received = std::sync::Arc::clone(&received);
+            let connected = std::sync::Arc::clone(&connected);
             let stop = std::sync::Arc::clone(&stop);
             std::thread::spawn(move || {
                 let mut lines = std::io::BufReader::new(stream);
@@ -225,6 +183,9 @@ impl Stream {
                         Ok(0) => break,
                         Ok(_) => {}
                         Err(_) => continue,
+                    }
+                    if line.starts_with("HTTP/1.1 200") {
+                        connected.store(true, Ordering::Release);
                     }
                     // Chunked transfer puts chunk sizes between the lines: only the
                     // fields matter.
@@ -240,6 +201,7 @@ impl Stream {
         };
         Self {
             received,
+            connected,
             stop,
             reader: Some(reader),
         }
@@ -248,11 +210,15 @@ impl Stream {
     fn received(&self) -> Vec<(i64, String)> {
         self.received.lock().unwrap().clone()
     }
+
+    fn connected(&self) -> bool {
+        self.connected.load(Ordering::Acquire)
+    }
 }
 
 impl Drop for Stream {
     fn drop(&mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::Release);
+        self.stop.store(true, Ordering::Release);
         if let Some(reader) = self.reader.take() {
             let _ = reader.join();
         }
@@ -342,12 +308,30 @@ fn clear_logs(fleet: &Fleet) {
     }
 }
 
+/// How many requests (probes) each cluster saw since its log was cleared, in fleet order.
+fn probe_counts(fleet: &Fleet) -> Vec<u64> {
+    fleet.clusters().iter().map(|c| c.log().count()).collect()
+}
+
+/// Whether every cluster saw at least `more` probes beyond `since` ([`probe_counts`]).
+fn probed_more(fleet: &Fleet, since: &[u64], more: u64) -> bool {
+    probe_counts(fleet)
+        .iter()
+        .zip(since)
+        .all(|(now, then)| *now >= then + more)
+}
+
+/// Waits until `check` holds. It is polled at a quarter of a second: the checks read a
+/// thousand rows, beside engines whose timing the tests measure.
 async fn wait_until(what: &str, timeout: Duration, mut check: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !check().await {
-        assert!(Instant::now() < deadline, "{what}: not within {timeout:?}");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    wait::until_async_every(
+        what,
+        timeout,
+        Duration::from_millis(250),
+        String::new,
+        async || check().await.then_some(()),
+    )
+    .await;
 }
 
 async fn statuses(store: &Store) -> BTreeMap<String, ClusterStatus> {
@@ -406,10 +390,10 @@ async fn three_replicas_share_a_fleet_with_no_double_probe_and_no_double_cascade
         interval: INTERVAL,
         env: Vec::new(),
     };
-    let mut replicas: Vec<Replica> = ["r1", "r2", "r3"]
-        .iter()
-        .map(|id| setup.start(id))
-        .collect();
+    let mut replicas: Vec<Replica> = Vec::new();
+    for id in ["r1", "r2", "r3"] {
+        replicas.push(setup.start(id).await);
+    }
     let store = Store::open(&database.url).await.unwrap();
 
     // Every cluster comes ONLINE.
@@ -430,11 +414,17 @@ async fn three_replicas_share_a_fleet_with_no_double_probe_and_no_double_cascade
         );
     }
 
-    // Five intervals: every cluster probed once per interval, never twice in one, and
-    // every replica took its share.
+    // Five intervals, as the clusters count them (each probed five times): every cluster
+    // probed once per interval, never twice in one, and every replica took its share.
     clear_logs(&fleet);
     let window_start = now_ms();
-    tokio::time::sleep(Duration::from_secs(5 * INTERVAL)).await;
+    let none = vec![0; CLUSTERS];
+    wait_until(
+        "every cluster probed five times",
+        Duration::from_secs(5 * INTERVAL + 60),
+        async || probed_more(&fleet, &none, 5),
+    )
+    .await;
     let window_end = now_ms();
     let seen = probes(&fleet);
     let (gap, cluster) = shortest_gap(&seen);
@@ -487,8 +477,11 @@ async fn three_replicas_share_a_fleet_with_no_double_probe_and_no_double_cascade
     }
     // A stream opened on r1 sees what every replica applies, in order.
     let stream_start = store.last_event_id().await.unwrap();
-    let on_r1 = Stream::open(replicas[0].api.unwrap(), None);
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    let on_r1 = Stream::open(replicas[0].vigil.api(), None);
+    wait_until("r1's stream is open", Duration::from_secs(10), async || {
+        on_r1.connected()
+    })
+    .await;
     for cluster in &fleet.clusters()[..10] {
         cluster.refuse().await.unwrap();
     }
@@ -519,7 +512,7 @@ async fn three_replicas_share_a_fleet_with_no_double_probe_and_no_double_cascade
     )
     .await;
     let resume_after = on_r1.received()[on_r1.received().len() / 2].0;
-    let on_r3 = Stream::open(replicas[2].api.unwrap(), Some(resume_after));
+    let on_r3 = Stream::open(replicas[2].vigil.api(), Some(resume_after));
     for cluster in &fleet.clusters()[..10] {
         cluster.come_back().await.unwrap();
     }
@@ -535,7 +528,15 @@ async fn three_replicas_share_a_fleet_with_no_double_probe_and_no_double_cascade
     .await;
     // Both streams delivered every event, in the order the store gives them, whichever
     // replica applied them.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    wait_until(
+        "both streams deliver what the store holds",
+        Duration::from_secs(30),
+        async || {
+            on_r1.received().len() >= events_from(&store, stream_start).await.len()
+                && on_r3.received().len() >= events_from(&store, resume_after).await.len()
+        },
+    )
+    .await;
     let expected = events_from(&store, stream_start).await;
     let r1 = on_r1.received();
     assert_eq!(r1[..], expected[..r1.len()], "r1's stream");
@@ -581,20 +582,38 @@ async fn three_replicas_share_a_fleet_with_no_double_probe_and_no_double_cascade
     // A replica killed mid-interval: the others take its clusters within one lease; none
     // waits longer than an interval and a lease. Restarted, it joins without a double probe.
     clear_logs(&fleet);
-    tokio::time::sleep(Duration::from_secs(INTERVAL / 2)).await;
+    // Mid-interval: half the clusters probed since.
+    wait_until(
+        "half the clusters probed",
+        Duration::from_secs(2 * INTERVAL + 30),
+        async || probe_counts(&fleet).iter().filter(|n| **n > 0).count() >= CLUSTERS / 2,
+    )
+    .await;
     let killed_at = now_ms();
-    replicas[1].signal("-KILL");
-    let _ = wait_exit(replicas[1].child.as_mut().unwrap(), Duration::from_secs(10));
-    tokio::time::sleep(Duration::from_secs(INTERVAL + LEASE_SECONDS + 5)).await;
+    replicas[1].vigil.signal("KILL");
+    let _ = replicas[1].vigil.wait_exit(Duration::from_secs(10));
+    // Every cluster probed twice since, its own replica's among them.
+    let at_kill = probe_counts(&fleet);
+    wait_until(
+        "every cluster probed twice after the kill",
+        Duration::from_secs(2 * (INTERVAL + LEASE_SECONDS) + 30),
+        async || probed_more(&fleet, &at_kill, 2),
+    )
+    .await;
     let seen = probes(&fleet);
     let (wait, cluster) = longest_wait(&seen, killed_at, now_ms());
     assert!(
         wait <= (u128::from(INTERVAL + LEASE_SECONDS) * 1000) + 5_000,
         "{cluster} went {wait} ms without a probe after a replica died"
     );
-    replicas[1] = setup.start("r2");
+    replicas[1] = setup.start("r2").await;
     clear_logs(&fleet);
-    tokio::time::sleep(Duration::from_secs(2 * INTERVAL)).await;
+    wait_until(
+        "every cluster probed three times after the restart",
+        Duration::from_secs(3 * INTERVAL + 60),
+        async || probed_more(&fleet, &none, 3),
+    )
+    .await;
     let (gap, cluster) = shortest_gap(&probes(&fleet));
     assert!(
         gap + SLACK.as_millis() >= u128::from(INTERVAL) * 1000,
@@ -602,15 +621,11 @@ async fn three_replicas_share_a_fleet_with_no_double_probe_and_no_double_cascade
     );
 
     // SIGTERM: the claims are given back at once.
-    replicas[2].signal("-TERM");
-    let status = wait_exit(replicas[2].child.as_mut().unwrap(), Duration::from_secs(30));
-    assert!(status.success(), "{}", tail(&replicas[2].log));
+    replicas[2].vigil.signal("TERM");
+    let status = replicas[2].vigil.wait_exit(Duration::from_secs(30));
+    assert!(status.success(), "{}", replicas[2].vigil.tail());
     assert_eq!(store.claims_held("r3").await.unwrap(), 0);
-    assert!(
-        std::fs::read_to_string(&replicas[2].log)
-            .unwrap()
-            .contains("claims released")
-    );
+    assert!(replicas[2].vigil.log().contains("claims released"));
 
     // A replica paused past its lease while it holds claims: its results are discarded
     // and counted, and nothing of them is written.
@@ -623,9 +638,29 @@ async fn three_replicas_share_a_fleet_with_no_double_probe_and_no_double_cascade
             && !paused.get("/readyz").contains("\"claims\":0")
     })
     .await;
-    paused.signal("-STOP");
-    tokio::time::sleep(Duration::from_secs(LEASE_SECONDS + INTERVAL)).await;
-    paused.signal("-CONT");
+    paused.vigil.signal("STOP");
+    // Past its lease: every cluster it held is claimed again, by another replica.
+    let held: Vec<(i64, i64)> =
+        sqlx::query_as("SELECT id, claim_epoch FROM clusters WHERE claimed_by = 'r1'")
+            .fetch_all(store.pool())
+            .await
+            .unwrap();
+    wait_until(
+        "r1's clusters claimed again",
+        Duration::from_secs(LEASE_SECONDS + INTERVAL + 60),
+        async || {
+            let now: Vec<(i64, i64)> = sqlx::query_as("SELECT id, claim_epoch FROM clusters")
+                .fetch_all(store.pool())
+                .await
+                .unwrap();
+            held.iter().all(|(id, epoch)| {
+                now.iter()
+                    .any(|(other, again)| other == id && again > epoch)
+            })
+        },
+    )
+    .await;
+    paused.vigil.signal("CONT");
     wait_until(
         "r1 discards a stale result",
         Duration::from_secs(30),
@@ -634,11 +669,9 @@ async fn three_replicas_share_a_fleet_with_no_double_probe_and_no_double_cascade
     .await;
 
     for replica in &mut replicas {
-        if let Some(child) = replica.child.as_mut()
-            && child.try_wait().unwrap().is_none()
-        {
-            sigterm(child);
-            let _ = wait_exit(child, Duration::from_secs(30));
+        if replica.vigil.try_wait().is_none() {
+            replica.vigil.signal("TERM");
+            let _ = replica.vigil.wait_exit(Duration::from_secs(30));
         }
     }
     store.close().await;
@@ -673,7 +706,10 @@ async fn cut_off_run(safeguards: bool, network: Network) -> CutOffRun {
         ],
     };
     let store = Store::open(&database.url).await.unwrap();
-    let _healthy: Vec<Replica> = ["r1", "r2"].iter().map(|id| setup.start(id)).collect();
+    let mut _healthy: Vec<Replica> = Vec::new();
+    for id in ["r1", "r2"] {
+        _healthy.push(setup.start(id).await);
+    }
     wait_until(
         "every cluster ONLINE",
         Duration::from_secs(180),
@@ -691,8 +727,16 @@ async fn cut_off_run(safeguards: bool, network: Network) -> CutOffRun {
             .await
             .unwrap();
     }
-    let cut_off = setup.start_in("r3", network);
-    tokio::time::sleep(Duration::from_secs(4 * INTERVAL + LEASE_SECONDS)).await;
+    let cut_off = setup.start_in("r3", network).await;
+    // Four intervals and a lease, as the clusters count them: each probed that many times
+    // more by the replicas that reach it (the cut-off one never does).
+    let at_start = probe_counts(&fleet);
+    wait_until(
+        "every cluster probed for four intervals and a lease",
+        Duration::from_secs(40 * INTERVAL),
+        async || probed_more(&fleet, &at_start, 4 + LEASE_SECONDS / INTERVAL),
+    )
+    .await;
 
     let seen = statuses(&store).await;
     let false_outages = seen
@@ -721,7 +765,7 @@ async fn cut_off_run(safeguards: bool, network: Network) -> CutOffRun {
         let healthy = _healthy;
         for (phase, clusters) in [(0, 0..3), (1, 3..6)] {
             if phase == 1 {
-                healthy[1].signal("-STOP");
+                healthy[1].vigil.signal("STOP");
             }
             let down: Vec<String> = fleet.clusters()[clusters.clone()]
                 .iter()
@@ -747,7 +791,7 @@ async fn cut_off_run(safeguards: bool, network: Network) -> CutOffRun {
                 "phase {phase}: OFFLINE after {took:?}"
             );
         }
-        healthy[1].signal("-CONT");
+        healthy[1].vigil.signal("CONT");
     }
     store.close().await;
     CutOffRun {
@@ -755,7 +799,7 @@ async fn cut_off_run(safeguards: bool, network: Network) -> CutOffRun {
         degraded_apps,
         suppressed: suppressed.unwrap_or(0),
         readyz,
-        log: tail(&cut_off.log),
+        log: cut_off.vigil.tail(),
     }
 }
 
@@ -765,6 +809,7 @@ async fn cut_off_run(safeguards: bool, network: Network) -> CutOffRun {
 /// prevent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_cut_off_from_the_clusters_calls_no_outage() {
+    tools::require("iptables", "iptables");
     let _alone = ONE_AT_A_TIME.lock().await;
     let guarded = cut_off_run(true, Network::CutOff).await;
     assert_eq!(guarded.false_outages, 0, "{}", guarded.readyz);

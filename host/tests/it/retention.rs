@@ -3,9 +3,10 @@
 //! an app still points at never pruned, deployments kept; the background loop; and
 //! the setting of `vigil serve`.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::process;
+use vigil_test_support::wait;
 
 use vigil_decision::{AppStatus, PolicyOverrides, Timestamp};
 use vigil_domain::probe::wall_clock;
@@ -275,15 +276,19 @@ async fn the_retention_loop_prunes_at_start_up_and_stops_on_shutdown() {
     let task = tokio::spawn(retention_loop(store.clone(), 30, owner, async {
         let _ = stopped.await;
     }));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while kinds(&store).await != ["twenty-days-ago"] {
-        assert!(
-            Instant::now() < deadline,
-            "never pruned: {:?}",
-            kinds(&store).await
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let last = std::cell::RefCell::new(Vec::new());
+    wait::until_async(
+        "the old event is pruned",
+        Duration::from_secs(10),
+        || format!("never pruned: {:?}", last.borrow()),
+        async || {
+            let kinds = kinds(&store).await;
+            let pruned = kinds == ["twenty-days-ago"];
+            *last.borrow_mut() = kinds;
+            pruned.then_some(())
+        },
+    )
+    .await;
     stop.send(()).unwrap();
     tokio::time::timeout(Duration::from_secs(5), task)
         .await

@@ -1,28 +1,39 @@
 //! The `vigil` binary: discovery at start-up, the database lock, signals and
-//! settings errors. Every run has its own kubeconfig sources and database.
+//! settings errors (a bad notifications file among them). Every run has its own
+//! kubeconfig sources and database.
 
 use std::path::Path;
-use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::process;
 use vigil_test_support::engine as support;
+use vigil_test_support::wait;
 
-use process::{Running, sigterm, stderr_of, vigil, wait_exit};
+use process::vigil;
 use support::write_kubeconfig;
 
 /// Polls the database until `sql` returns `expected` (as text).
 fn wait_for_db(db: &Path, sql: &str, expected: &str) {
-    let deadline = Instant::now() + Duration::from_secs(15);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     let sql = format!("SELECT CAST(({sql}) AS TEXT)");
-    let mut got: Option<String> = None;
-    loop {
-        if db.exists() {
-            got = runtime.block_on(async {
+    let got = std::cell::RefCell::new(None::<String>);
+    wait::until(
+        &format!("the database answers {expected:?} to {sql}"),
+        Duration::from_secs(15),
+        || {
+            format!(
+                "database never answered {expected:?} to {sql}; last answer {:?}",
+                got.borrow()
+            )
+        },
+        || {
+            if !db.exists() {
+                return None;
+            }
+            let answer = runtime.block_on(async {
                 let url = format!("sqlite://{}?mode=ro", db.display());
                 let pool = sqlx::SqlitePool::connect(&url).await.ok()?;
                 let value: Option<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(sql.clone()))
@@ -33,16 +44,11 @@ fn wait_for_db(db: &Path, sql: &str, expected: &str) {
                 pool.close().await;
                 value
             });
-            if got.as_deref() == Some(expected) {
-                return;
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "database never answered {expected:?} to {sql}; last answer {got:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+            let done = answer.as_deref() == Some(expected);
+            *got.borrow_mut() = answer;
+            done.then_some(())
+        },
+    );
 }
 
 #[test]
@@ -59,13 +65,10 @@ fn serve_discovers_a_directory_logs_probeability_and_stops_on_sigterm() {
     .unwrap();
     std::fs::write(kubeconfigs.join("broken.yaml"), "clusters: [\n").unwrap();
 
-    let mut child = vigil(dir.path())
-        .args(["serve", "--interval", "1"])
-        .env("KUBECONFIG_DIR", &kubeconfigs)
-        .stderr(Stdio::piped())
-        .spawn()
-        .map(Running)
-        .unwrap();
+    let mut child = process::serve(dir.path())
+        .args(["--interval", "1"])
+        .kubeconfigs(&kubeconfigs)
+        .start_blocking();
     let db = dir.path().join("vigil.db");
     wait_for_db(
         &db,
@@ -85,9 +88,9 @@ fn serve_discovers_a_directory_logs_probeability_and_stops_on_sigterm() {
         "1",
     );
 
-    sigterm(&child);
-    let status = wait_exit(&mut child, Duration::from_secs(10));
-    let log = stderr_of(&mut child);
+    child.signal("TERM");
+    let status = child.wait_exit(Duration::from_secs(10));
+    let log = child.log();
     assert!(status.success(), "exit {status:?}\n{log}");
     assert!(
         log.contains("broken.yaml"),
@@ -110,13 +113,10 @@ fn serve_discovers_a_directory_logs_probeability_and_stops_on_sigterm() {
 #[test]
 fn a_second_serve_on_the_same_database_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let mut first = vigil(dir.path())
-        .args(["serve"])
+    let mut first = process::serve(dir.path())
         .env("KUBECONFIG_PATH", dir.path().join("none.yaml"))
-        .stderr(Stdio::piped())
-        .spawn()
-        .map(Running)
-        .unwrap();
+        .log_file(dir.path().join("first.log"))
+        .start_blocking();
     let db = dir.path().join("vigil.db");
     wait_for_db(&db, "SELECT COUNT(*) > 0 FROM _sqlx_migrations", "1");
 
@@ -133,27 +133,21 @@ fn a_second_serve_on_the_same_database_is_refused() {
     );
     assert!(message.contains("vigil.db.lock"), "{message}");
 
-    sigterm(&first);
-    assert!(wait_exit(&mut first, Duration::from_secs(10)).success());
-    // Once the first has stopped, the lock is free again.
-    let mut third = vigil(dir.path())
-        .args(["serve"])
+    first.signal("TERM");
+    assert!(first.wait_exit(Duration::from_secs(10)).success());
+    // Once the first has stopped, the lock is free again: the third gets past it and
+    // listens (a refusal would have ended it first).
+    let mut third = process::serve(dir.path())
         .env("KUBECONFIG_PATH", dir.path().join("none.yaml"))
-        .stderr(Stdio::piped())
-        .spawn()
-        .map(Running)
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(700));
+        .log_file(dir.path().join("third.log"))
+        .start_blocking();
     assert!(
-        third.try_wait().unwrap().is_none(),
+        third.try_wait().is_none(),
         "the third engine runs: {}",
-        {
-            let _ = third.kill();
-            stderr_of(&mut third)
-        }
+        third.log()
     );
-    sigterm(&third);
-    assert!(wait_exit(&mut third, Duration::from_secs(10)).success());
+    third.signal("TERM");
+    assert!(third.wait_exit(Duration::from_secs(10)).success());
 }
 
 #[test]
@@ -162,14 +156,10 @@ fn a_second_serve_reaching_the_database_through_a_link_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().canonicalize().unwrap();
     std::fs::create_dir(root.join("data")).unwrap();
-    let mut first = vigil(&root)
-        .args(["serve"])
+    let mut first = process::serve(&root)
         .env("KUBECONFIG_PATH", root.join("none.yaml"))
-        .env("DATABASE_URL", "sqlite://data/vigil.db")
-        .stderr(Stdio::piped())
-        .spawn()
-        .map(Running)
-        .unwrap();
+        .database("sqlite://data/vigil.db")
+        .start_blocking();
     let db = root.join("data/vigil.db");
     wait_for_db(&db, "SELECT COUNT(*) > 0 FROM _sqlx_migrations", "1");
     symlink(root.join("data"), root.join("alias")).unwrap();
@@ -193,12 +183,36 @@ fn a_second_serve_reaching_the_database_through_a_link_is_refused() {
             "{url}: the lock beside the real file is named: {message}"
         );
     }
+    assert!(first.try_wait().is_none(), "the first engine still runs");
+    first.signal("TERM");
+    assert!(first.wait_exit(Duration::from_secs(10)).success());
+}
+
+#[test]
+fn a_bad_notifications_file_stops_start_up_naming_the_line_and_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let notify = dir.path().join("notify.toml");
+    std::fs::write(
+        &notify,
+        "[[webhook]]\nname = \"ops\"\nurl = \"http://127.0.0.1:9/\"\n\
+         secret_file = \"/nonexistent\"\nretries = 3\n",
+    )
+    .unwrap();
+    let output = vigil(dir.path())
+        .arg("serve")
+        .env("VIGIL_NOTIFY_CONFIG", &notify)
+        .env("KUBECONFIG_PATH", dir.path().join("none"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(
-        first.try_wait().unwrap().is_none(),
-        "the first engine still runs"
+        stderr.contains(&format!(
+            "{}:5:1: unknown field `retries`",
+            notify.display()
+        )),
+        "{stderr}"
     );
-    sigterm(&first);
-    assert!(wait_exit(&mut first, Duration::from_secs(10)).success());
 }
 
 fn check_refused(env: &[(&str, &str)], names: &[&str], absent: &[&str]) {

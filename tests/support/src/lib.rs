@@ -8,6 +8,8 @@
 //! - The kubeconfig corpus ([`corpus`]).
 //! - A throwaway PostgreSQL server, one per test binary, with a fresh database per test
 //!   ([`postgres`]).
+//! - With the `serve` feature, a real `vigil serve` ([`serve`]) and polling with a
+//!   deadline, the one place tests sleep ([`wait`]).
 //! - With the `engine` feature, a scripted prober and an engine on a temporary SQLite
 //!   file ([`engine`]); with `api`, the REST API over it ([`api`]).
 
@@ -19,6 +21,11 @@ pub mod corpus;
 #[cfg(feature = "engine")]
 pub mod engine;
 pub mod postgres;
+#[cfg(feature = "serve")]
+pub mod serve;
+pub mod tools;
+#[cfg(feature = "serve")]
+pub mod wait;
 
 use std::path::{Path, PathBuf};
 

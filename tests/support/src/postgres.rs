@@ -308,15 +308,17 @@ fn id(args: &[&str]) -> Result<u32, String> {
 fn bindir() -> Result<PathBuf, String> {
     let printed = run(Command::new("pg_config").arg("--bindir")).map_err(|message| {
         format!(
-            "{message}\n(install PostgreSQL: Debian's postgresql package; `scripts/dev test` does)"
+            "{message}\n{}",
+            crate::tools::missing("pg_config", "postgresql")
         )
     })?;
     let bindir = PathBuf::from(printed.trim());
     if !bindir.join("initdb").is_file() {
         return Err(format!(
-            "`pg_config --bindir` names {}, which has no initdb (install Debian's postgresql \
-             package, not only its client)",
-            bindir.display()
+            "`pg_config --bindir` names {}, which has no initdb: PostgreSQL's client is \
+             installed, not its server; {}",
+            bindir.display(),
+            crate::tools::missing("initdb", "postgresql")
         ));
     }
     Ok(bindir)
