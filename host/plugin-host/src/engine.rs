@@ -312,19 +312,9 @@ fn pool_refusal(message: &str) -> Option<String> {
 mod tests {
     use std::time::Instant;
 
-    use super::*;
+    use vigil_test_support::wait::until_true;
 
-    /// Polls `condition` every millisecond for up to `within`.
-    fn eventually(within: Duration, condition: impl Fn() -> bool) -> bool {
-        let until = Instant::now() + within;
-        while Instant::now() < until {
-            if condition() {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        condition()
-    }
+    use super::*;
 
     #[test]
     fn the_ticker_sleeps_without_calls_and_wakes_for_the_next() {
@@ -332,23 +322,44 @@ mod tests {
             SharedEngine::with_linger(2, 1 << 20, Duration::from_millis(50)).expect("engine");
         let ticks = || engine.ticker.ticks.load(Ordering::Relaxed);
 
-        // A call alive keeps it ticking, however long it lasts.
+        // A call alive keeps it ticking, however long it lasts: three lingers' worth of
+        // ticks (15) and more.
         let call = engine.ticking();
         let before = ticks();
-        std::thread::sleep(Duration::from_millis(150));
+        until_true(
+            "15 ticks pass with a call alive",
+            Duration::from_secs(5),
+            || ticks() >= before + 15,
+        );
         assert!(ticks() >= before + 5, "{} → {}", before, ticks());
         assert!(!engine.is_idle());
 
-        // Without one it goes on for the linger, then sleeps and stops advancing.
+        // Without one it goes on for the linger, then sleeps and stops advancing: while
+        // another engine's ticker, kept busy by a call, ticks ten times.
         drop(call);
-        assert!(eventually(Duration::from_secs(2), || engine.is_idle()));
+        until_true("the ticker sleeps", Duration::from_secs(2), || {
+            engine.is_idle()
+        });
         let asleep = ticks();
-        std::thread::sleep(Duration::from_millis(100));
+        let witness =
+            SharedEngine::with_linger(1, 1 << 20, Duration::from_millis(50)).expect("engine");
+        let witness_ticks = || witness.ticker.ticks.load(Ordering::Relaxed);
+        let _witness_call = witness.ticking();
+        let witnessed = witness_ticks();
+        until_true(
+            "another ticker ticks ten times",
+            Duration::from_secs(5),
+            || witness_ticks() >= witnessed + 10,
+        );
         assert_eq!(ticks(), asleep, "the ticker advanced while asleep");
 
         // The next call wakes it at once.
         let _call = engine.ticking();
-        assert!(eventually(Duration::from_millis(500), || ticks() >= asleep + 3));
+        until_true(
+            "the woken ticker ticks three times",
+            Duration::from_millis(500),
+            || ticks() >= asleep + 3,
+        );
         assert!(!engine.is_idle());
     }
 
@@ -356,7 +367,9 @@ mod tests {
     fn a_sleeping_ticker_does_not_hold_up_the_engine_s_drop() {
         let engine =
             SharedEngine::with_linger(1, 1 << 20, Duration::from_millis(10)).expect("engine");
-        assert!(eventually(Duration::from_secs(2), || engine.is_idle()));
+        until_true("the ticker sleeps", Duration::from_secs(2), || {
+            engine.is_idle()
+        });
         let started = Instant::now();
         drop(engine);
         assert!(

@@ -554,16 +554,18 @@ mod tests {
             .trim()
             .parse()
             .unwrap();
-        // Killed (SIGKILL is delivered asynchronously, so give it a moment) and reaped by
+        // Killed (SIGKILL is delivered asynchronously, so it is waited for) and reaped by
         // init or by us: gone, or a zombie at most.
         let alive = || {
             std::fs::read_to_string(format!("/proc/{child}/stat"))
                 .is_ok_and(|stat| !stat.contains(") Z "))
         };
-        let waited = Instant::now();
-        while alive() && waited.elapsed() < Duration::from_secs(5) {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        vigil_test_support::wait::until_async_true(
+            &format!("the command's child {child} is gone"),
+            Duration::from_secs(5),
+            async || !alive(),
+        )
+        .await;
         assert!(!alive(), "the command's child {child} outlived it");
     }
 

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import test from 'node:test';
-import { allOnline, scenario, screenshot } from '../lib/harness.mjs';
+import { allOnline, scenario, screenshot, until } from '../lib/harness.mjs';
 
 const evilCluster = '<img src=x onerror=window.__xss=1>';
 const evilDir = '<script>window.__xss=2</script>';
@@ -68,7 +68,7 @@ test('names and messages from outside run no script', { timeout: 300000 }, async
       s.textContent = 'window.__inline = 1';
       document.body.append(s);
     });
-    await page.waitForTimeout(200);
+    await until('the inline script is reported as a violation', () => record.violations.length > 0, 10000);
     assert.equal(await page.evaluate(() => window.__inline), undefined);
     assert.equal(record.violations.length, 1);
     assert.match(record.violations[0], /^script-src/);

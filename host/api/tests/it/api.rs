@@ -24,6 +24,7 @@ use vigil_engine::worker::{Worker, WorkerSettings};
 use vigil_store::Store;
 
 use vigil_test_support::engine as support;
+use vigil_test_support::wait::until_async_true;
 
 use support::{Behaviour, Sandbox, ScriptedProber, refused, settings};
 
@@ -1087,7 +1088,13 @@ async fn probe_now_applies_one_outcome_and_refuses_a_second_concurrent_probe() {
             router.oneshot(request).await.unwrap().status()
         })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The first probe is with the prober (its second call), slow to answer.
+    until_async_true(
+        "the first probe reaches the prober",
+        Duration::from_secs(10),
+        async || api.prober.call_count("p") == 2,
+    )
+    .await;
     let second = api
         .send(Method::POST, "/api/v1/clusters/p/probe", Some(TOKEN), None)
         .await;

@@ -20,6 +20,7 @@ use vigil_store::{AuditResult, DiscoveredClusterRow, Finding, ObjectRef, Severit
 use vigil_test_support::engine as support;
 
 use support::{Sandbox, settings, wait_until};
+use vigil_test_support::wait::until_async_true;
 
 /// An auditor answering what the test scripted for each cluster, counting its calls.
 #[derive(Default, Clone)]
@@ -109,22 +110,26 @@ async fn fleet(sandbox: &Sandbox, names: &[&str], unknown: &[&str]) -> Store {
         })
         .collect();
     store.upsert_discovered(&rows, wall_clock()).await.unwrap();
-    let apply = settings(1, 1).apply();
     for name in names {
-        let id = store.cluster(name).await.unwrap().id;
-        let now = wall_clock();
-        store
-            .apply_probe(
-                id,
-                &ProbeOutcome::Healthy,
-                now,
-                now.plus_millis(3_600_000),
-                &apply,
-            )
-            .await
-            .unwrap();
+        bring_online(&store, name).await;
     }
     store
+}
+
+/// Takes the UNKNOWN cluster `name` ONLINE (a healthy probe).
+async fn bring_online(store: &Store, name: &str) {
+    let id = store.cluster(name).await.unwrap().id;
+    let now = wall_clock();
+    store
+        .apply_probe(
+            id,
+            &ProbeOutcome::Healthy,
+            now,
+            now.plus_millis(3_600_000),
+            &settings(1, 1).apply(),
+        )
+        .await
+        .unwrap();
 }
 
 async fn apply(store: &Store, name: &str, result: &AuditResult, now: Timestamp) {
@@ -217,7 +222,10 @@ async fn blocking_findings_set_drain_blocked_and_nothing_else() {
 #[tokio::test]
 async fn the_loop_audits_online_clusters_on_their_interval() {
     let sandbox = Sandbox::new();
-    let store = fleet(&sandbox, &["a", "b"], &["new"]).await;
+    // The witnesses come ONLINE one at a time later, each audited on a later tick.
+    let witnesses = ["w1", "w2", "w3"];
+    let unknown: Vec<&str> = ["new"].into_iter().chain(witnesses).collect();
+    let store = fleet(&sandbox, &["a", "b"], &unknown).await;
     let auditor = ScriptedAuditor::default();
     auditor.set(
         "a",
@@ -254,9 +262,17 @@ async fn the_loop_audits_online_clusters_on_their_interval() {
         async move { store.audit("b").await.unwrap().failure.is_some() }
     })
     .await;
-    // Several ticks later: each audited once (the interval is an hour), the UNKNOWN
-    // cluster never.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Several ticks later (a witness taken ONLINE and audited at each): each audited
+    // once (the interval is an hour), the UNKNOWN cluster never.
+    for witness in witnesses {
+        bring_online(&store, witness).await;
+        until_async_true(
+            &format!("the witness {witness} is audited"),
+            Duration::from_secs(10),
+            async || auditor.calls(witness) == 1,
+        )
+        .await;
+    }
     assert_eq!((auditor.calls("a"), auditor.calls("b")), (1, 1));
     assert_eq!(auditor.calls("new"), 0);
     assert!(

@@ -1,12 +1,10 @@
 //! The Prometheus metrics: a worker with scripted probers on a real SQLite file
 //! records probes, transitions and cascades, the store's aggregates are read at
-//! scrape time, and `promtool check metrics` accepts the result.
+//! scrape time, and (in the system tier) `promtool check metrics` accepts the result.
 
 use vigil_test_support::engine as support;
 
 use std::collections::{HashMap, VecDeque};
-use std::io::Write;
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -16,7 +14,7 @@ use vigil_decision::{
     ReasonClass, Timestamp,
 };
 use vigil_domain::probe::{ProbeTarget, Prober, wall_clock};
-use vigil_engine::metrics::{CONTENT_TYPE, Metrics};
+use vigil_engine::metrics::Metrics;
 use vigil_engine::worker::{Worker, probe_now_recorded};
 use vigil_store::{ApplySettings, Store};
 
@@ -383,12 +381,20 @@ async fn the_brake_is_reported_from_the_store() {
     assert!(!text.contains("vigil_cascades_total"), "{text}");
 }
 
-/// `promtool check metrics` (Debian package `prometheus`) on a scrape with every
-/// family present, per-cluster series included. Missing promtool fails the test:
-/// `scripts/dev test` installs it.
+/// `promtool check metrics` on a scrape with every family present, per-cluster series
+/// included. A system test: missing promtool fails it, naming
+/// `scripts/install-tools promtool`.
+#[cfg(feature = "system-tests")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn promtool_accepts_the_scrape() {
-    assert_eq!(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8");
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+
+    let promtool = vigil_test_support::tools::require("promtool", "promtool");
+    assert_eq!(
+        vigil_engine::metrics::CONTENT_TYPE,
+        "text/plain; version=0.0.4; charset=utf-8"
+    );
     let sandbox = Sandbox::new();
     let store = sandbox.store().await;
     let metrics = Metrics::new(true);
@@ -407,20 +413,13 @@ async fn promtool_accepts_the_scrape() {
         "{text}"
     );
 
-    let child = Command::new("promtool")
+    let mut child = Command::new(&promtool)
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .spawn();
-    let mut child = match child {
-        Ok(child) => child,
-        Err(error) => panic!(
-            "cannot run promtool ({error}): install it with \
-             `apt-get install -y --no-install-recommends prometheus` (Debian), \
-             or run `scripts/dev test`, which does"
-        ),
-    };
+        .spawn()
+        .unwrap_or_else(|error| panic!("cannot run {}: {error}", promtool.display()));
     child
         .stdin
         .take()

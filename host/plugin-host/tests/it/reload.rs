@@ -14,7 +14,7 @@ use vigil_decision::ProbedBy;
 use vigil_decision::{ClusterId, ProbeOutcome, ReasonClass};
 use vigil_domain::probe::{ProbeTarget, Probed, Prober};
 use vigil_domain::reference::{self, Reference, Resolution};
-use vigil_fake_kube::{AddressPlan, Fleet, KubeconfigOptions, WrittenKubeconfig};
+use vigil_fake_kube::{AddressPlan, ClusterHandle, Fleet, KubeconfigOptions, WrittenKubeconfig};
 use vigil_plugin_host::{
     CacheStatus, FailureStage, PluginEvent, PluginRuntime, PluginSource, PluginState, PluginStatus,
     ProbationPolicy, Refusal, RuntimeSettings,
@@ -22,6 +22,7 @@ use vigil_plugin_host::{
 
 use vigil_test_support as plugins;
 
+use plugins::wait::until_async_true;
 use plugins::{install, plugin_file, plugin_variant};
 
 const GRANTS: &str = "log = true\ncredentials = true\nhttp = true\n";
@@ -72,6 +73,17 @@ async fn fleet(temp: &Path) -> (Fleet, WrittenKubeconfig) {
         .expect("kubeconfigs")
         .remove(0);
     (fleet, written)
+}
+
+/// Waits until a probe's request reached `cluster` and is held there (logged on arrival,
+/// not answered yet).
+async fn until_held(cluster: &ClusterHandle) {
+    until_async_true(
+        "the probe's request is held by the cluster",
+        Duration::from_secs(10),
+        async || cluster.log().entries().iter().any(|e| e.status.is_none()),
+    )
+    .await;
 }
 
 fn target(written: &WrittenKubeconfig, endpoint: &str, plugin: Option<&str>) -> ProbeTarget {
@@ -247,7 +259,7 @@ async fn a_good_replacement_is_promoted_while_a_probe_in_flight_finishes_on_its_
         let target = explicit.clone();
         tokio::spawn(async move { runtime.probe_attributed(&target).await })
     };
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    until_held(cluster).await;
     install(&dir.join("kube.wasm"), &variant);
     let report = runtime.reload().await.expect("reload");
     assert!(report.refused.is_empty(), "{report:#?}");
@@ -432,7 +444,7 @@ async fn a_removed_file_retires_its_plugin_once_running_probes_finish() {
         let target = explicit.clone();
         tokio::spawn(async move { runtime.probe_attributed(&target).await })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    until_held(cluster).await;
     let mut events = runtime.subscribe();
     std::fs::remove_file(dir.join("kube.wasm")).expect("remove");
     let report = runtime.reload().await.expect("reload");

@@ -23,6 +23,7 @@ use vigil_plugin_host::{
 
 /// The workspace root.
 use vigil_test_support::plugin_file;
+use vigil_test_support::wait::until_async_true;
 
 /// Grants for the test plugins.
 const ALL_GRANTS: &str = "log = true\ncredentials = true\nhttp = true\n";
@@ -300,14 +301,12 @@ async fn hostile_plugins_are_inconclusive_next_to_a_healthy_control() {
 /// Waits until the runtime is at rest: no call for [`TICKER_LINGER`], its epoch ticker
 /// asleep.
 async fn until_idle(runtime: &PluginRuntime) {
-    let started = Instant::now();
-    while !runtime.is_idle() {
-        assert!(
-            started.elapsed() < TICKER_LINGER + Duration::from_secs(5),
-            "the runtime never came to rest"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_async_true(
+        "the runtime comes to rest",
+        TICKER_LINGER + Duration::from_secs(5),
+        async || runtime.is_idle(),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -52,7 +52,8 @@ impl Fresh {
     }
 }
 
-/// Runs each named `async fn(Fresh)` as two tests, `NAME::sqlite` and `NAME::postgres`.
+/// Runs each named `async fn(Fresh)` as two tests, `NAME::sqlite` and `NAME::postgres`;
+/// the second, which needs a PostgreSQL server, is of the system tier.
 macro_rules! on_each_backend {
     ($($test:ident),+ $(,)?) => {$(
         mod $test {
@@ -60,6 +61,7 @@ macro_rules! on_each_backend {
             async fn sqlite() {
                 super::$test(super::Fresh::new(vigil_store::Backend::Sqlite).await).await;
             }
+            #[cfg(feature = "system-tests")]
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn postgres() {
                 super::$test(super::Fresh::new(vigil_store::Backend::Postgres).await).await;
@@ -737,8 +739,11 @@ async fn concurrent_deployments_racing_an_outage_never_leave_an_unmarked_deploye
 /// order: a transaction that inserted its event first and committed last must still reach
 /// a reader that already read past a later id. A trigger holds the first writer for a
 /// moment right after its insert, inside its transaction, while a second writer commits.
+#[cfg(feature = "system-tests")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_committed_after_a_later_id_still_reaches_a_resumed_reader() {
+    use std::cell::RefCell;
+    use vigil_test_support::wait::{until_async, until_async_true};
     let db = Fresh::new(Backend::Postgres).await;
     let store = db.store.clone();
     for statement in [
@@ -766,7 +771,22 @@ async fn an_event_committed_after_a_later_id_still_reaches_a_resumed_reader() {
                 .await
         })
     };
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // The fast event commits while the slow one is held in its trigger, its id taken.
+    until_async_true(
+        "the slow event's insert is held in its trigger",
+        Duration::from_secs(10),
+        async || {
+            let held: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND wait_event = 'PgSleep'",
+            )
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+            held > 0
+        },
+    )
+    .await;
     store
         .record_plugin_event("fast", &serde_json::json!({}), None, t(2))
         .await
@@ -774,19 +794,21 @@ async fn an_event_committed_after_a_later_id_still_reaches_a_resumed_reader() {
 
     // A reader resuming after the last event it saw, as a stream does, until both came.
     let mut after = start;
-    let mut delivered: Vec<(i64, String)> = Vec::new();
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while delivered.len() < 2 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "delivered only {delivered:?}"
-        );
-        for event in store.events_after(after, 100).await.unwrap() {
-            after = event.id;
-            delivered.push((event.id, event.kind));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let delivered: RefCell<Vec<(i64, String)>> = RefCell::default();
+    until_async(
+        "both events are delivered",
+        Duration::from_secs(10),
+        || format!("delivered only {:?}", delivered.borrow()),
+        async || {
+            for event in store.events_after(after, 100).await.unwrap() {
+                after = event.id;
+                delivered.borrow_mut().push((event.id, event.kind));
+            }
+            (delivered.borrow().len() >= 2).then_some(())
+        },
+    )
+    .await;
+    let delivered = delivered.into_inner();
     slow.await.unwrap().unwrap();
     let kinds: Vec<&str> = delivered.iter().map(|(_, kind)| kind.as_str()).collect();
     assert_eq!(kinds, ["fast", "slow"], "in commit order: {delivered:?}");
@@ -803,9 +825,11 @@ async fn an_event_committed_after_a_later_id_still_reaches_a_resumed_reader() {
 /// replica makes the first one's result stale; a replica does not claim, for one lease, a
 /// cluster whose last counted failure is its own while another replica lives — and says
 /// so when asked how long to wait.
+#[cfg(feature = "system-tests")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claims_fence_results_and_leave_a_counted_failure_to_another_replica() {
     use vigil_store::Lease;
+    use vigil_test_support::wait::until_async_true;
     let db = Fresh::new(Backend::Postgres).await;
     let store = &db.store;
     let lease = Lease {
@@ -896,7 +920,12 @@ async fn claims_fence_results_and_leave_a_counted_failure_to_another_replica() {
     assert!(by_r2.is_some());
 
     // r1's other claim lapses and r2 takes the cluster: r1's late result is stale.
-    tokio::time::sleep(Duration::from_millis(1_700)).await;
+    until_async_true(
+        "r1's claim lapses (by the database's clock)",
+        Duration::from_secs(10),
+        async || store.claims_held("r1").await.unwrap() == 0,
+    )
+    .await;
     let taken = store
         .claim_due("r2", &[], 10, lease, no_timeout)
         .await
@@ -923,6 +952,7 @@ async fn claims_fence_results_and_leave_a_counted_failure_to_another_replica() {
 /// Among replicas, the failure that takes a cluster OFFLINE must come from another
 /// replica — on another node, when nodes are known — than the previous counted failure:
 /// a replica on the same node only adds to the count.
+#[cfg(feature = "system-tests")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_opinion_comes_from_another_node() {
     use vigil_store::Lease;

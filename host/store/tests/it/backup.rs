@@ -3,10 +3,12 @@
 //! a PostgreSQL or in-memory database.
 
 use std::path::Path;
+use std::time::Duration;
 
 use vigil_decision::{PolicyOverrides, Timestamp};
 use vigil_store::Store;
 use vigil_store::backup::{BackupError, backup_sqlite, partial_path};
+use vigil_test_support::wait::until_async_true;
 
 fn url(path: &Path) -> String {
     format!("sqlite://{}", path.display())
@@ -48,9 +50,12 @@ async fn a_copy_taken_while_clusters_are_registered_is_one_whole_commit() {
     let mut copies = Vec::new();
     for n in 0..5 {
         // Each copy after some more registrations, so that copies fall between commits.
-        while names(&store).await.len() < n * 40 + 1 && !writer.is_finished() {
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-        }
+        until_async_true(
+            &format!("{} registrations are committed", n * 40 + 1),
+            Duration::from_secs(60),
+            async || names(&store).await.len() > n * 40 || writer.is_finished(),
+        )
+        .await;
         let file = dir.path().join(format!("copy-{n}.db"));
         let backup = backup_sqlite(&url(&source), &file).await.unwrap();
         assert_eq!(backup.file, file);

@@ -17,6 +17,7 @@ async fn sqlite() {
     .await;
 }
 
+#[cfg(feature = "system-tests")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres() {
     a_healthy_outcome_from_before_the_onset_does_not_hold_the_brake_off(

@@ -19,6 +19,7 @@ async fn sqlite() {
     .await;
 }
 
+#[cfg(feature = "system-tests")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres() {
     outbox_rows_follow_their_changes_and_sinks_move_one_row_at_a_time(
@@ -32,6 +33,7 @@ async fn brake_changes_and_plugin_rollbacks_are_notified_sqlite() {
     brake_changes_and_plugin_rollbacks_are_notified(Fresh::new(Backend::Sqlite).await).await;
 }
 
+#[cfg(feature = "system-tests")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn brake_changes_and_plugin_rollbacks_are_notified_postgres() {
     brake_changes_and_plugin_rollbacks_are_notified(Fresh::new(Backend::Postgres).await).await;

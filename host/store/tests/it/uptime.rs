@@ -12,7 +12,8 @@ use vigil_store::{DiscoveredClusterRow, ProbeResult, Store};
 
 use super::backends::{Fresh, refused, settings};
 
-/// Runs each named `async fn(Fresh)` on a temporary SQLite file and on PostgreSQL.
+/// Runs each named `async fn(Fresh)` on a temporary SQLite file and on PostgreSQL (the
+/// second of the system tier).
 macro_rules! on_each_backend {
     ($($test:ident),+ $(,)?) => {$(
         mod $test {
@@ -20,6 +21,7 @@ macro_rules! on_each_backend {
             async fn sqlite() {
                 super::$test(super::Fresh::new(vigil_store::Backend::Sqlite).await).await;
             }
+            #[cfg(feature = "system-tests")]
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn postgres() {
                 super::$test(super::Fresh::new(vigil_store::Backend::Postgres).await).await;
@@ -461,6 +463,7 @@ async fn the_summary_of_ten_thousand_clusters_is_one_quick_query() {
 
 /// `vigil migrate` copies what the uptime is made of: the engines' runs, the rollups
 /// and the latency buckets, so a status page reads the same after the move.
+#[cfg(feature = "system-tests")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_uptime_and_latency_come_across_a_copy_to_postgresql() {
     let from = Fresh::new(vigil_store::Backend::Sqlite).await;

@@ -2,17 +2,17 @@
 //! Kubernetes API server over real TLS, through the native prober. Every
 //! address is on loopback.
 
-use std::future::Future;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use vigil_decision::{AppStatus, ClusterStatus};
+use vigil_decision::{AppStatus, ClusterStatus, PolicyOverrides};
 use vigil_domain::discovery::{self, Sources};
 use vigil_domain::probe::wall_clock;
 use vigil_e2e::NativeProber;
 use vigil_fake_kube::{AddressPlan, Fleet, HangPoint, KubeconfigOptions, ShapePlan};
 use vigil_store::{DiscoveredClusterRow, Store};
 use vigil_test_support::engine::{Running, settings};
+use vigil_test_support::wait::until_async_true;
 
 const NAMESPACES: &str = "/api/v1/namespaces";
 
@@ -53,18 +53,6 @@ async fn setup(n: usize, dir: &Path) -> (Fleet, Store) {
     (fleet, store)
 }
 
-async fn wait_until<F, Fut>(timeout: Duration, what: &str, mut condition: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = Instant::now() + timeout;
-    while !condition().await {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-}
-
 async fn all_status(store: &Store, status: ClusterStatus) -> bool {
     store
         .clusters()
@@ -99,9 +87,11 @@ async fn written_kubeconfigs_go_online_then_an_outage_cascades_and_recovery_rest
         .unwrap();
 
     let engine = Running::start(store.clone(), NativeProber::default(), settings(1, 2));
-    wait_until(Duration::from_secs(10), "every cluster is ONLINE", || {
-        all_status(&store, ClusterStatus::Online)
-    })
+    until_async_true(
+        "every cluster is ONLINE",
+        Duration::from_secs(10),
+        async || all_status(&store, ClusterStatus::Online).await,
+    )
     .await;
     for cluster in fleet.clusters() {
         let probes = cluster.log().entries_for(NAMESPACES);
@@ -114,11 +104,11 @@ async fn written_kubeconfigs_go_online_then_an_outage_cascades_and_recovery_rest
     }
 
     victim.refuse().await.unwrap();
-    wait_until(Duration::from_secs(10), "the refusing cluster is OFFLINE", || {
-        let store = store.clone();
-        let name = name.clone();
-        async move { store.cluster(&name).await.unwrap().health.status == ClusterStatus::Offline }
-    })
+    until_async_true(
+        "the refusing cluster is OFFLINE",
+        Duration::from_secs(10),
+        async || store.cluster(&name).await.unwrap().health.status == ClusterStatus::Offline,
+    )
     .await;
     let offline = store.cluster(&name).await.unwrap();
     assert_eq!(offline.last_reason_class.as_deref(), Some("refused"));
@@ -136,11 +126,11 @@ async fn written_kubeconfigs_go_online_then_an_outage_cascades_and_recovery_rest
     }
 
     victim.come_back().await.unwrap();
-    wait_until(Duration::from_secs(10), "the cluster is ONLINE again", || {
-        let store = store.clone();
-        let name = name.clone();
-        async move { store.cluster(&name).await.unwrap().health.status == ClusterStatus::Online }
-    })
+    until_async_true(
+        "the cluster is ONLINE again",
+        Duration::from_secs(10),
+        async || store.cluster(&name).await.unwrap().health.status == ClusterStatus::Online,
+    )
     .await;
     engine.stop().await;
     for app in ["web", "api"] {
@@ -165,35 +155,27 @@ async fn a_hanging_cluster_times_out_while_the_server_sees_the_other_49_probed_o
 
     let started = std::time::SystemTime::now();
     let engine = Running::start(store.clone(), NativeProber::default(), settings(1, 2));
-    wait_until(
-        Duration::from_secs(15),
+    until_async_true(
         "the 49 others were probed three times",
-        || {
-            let fleet = &fleet;
-            let hanging = hanging.name().to_owned();
-            async move {
-                fleet
-                    .clusters()
-                    .iter()
-                    .filter(|c| c.name() != hanging)
-                    .all(|c| c.log().entries_for(NAMESPACES).len() >= 3)
-            }
+        Duration::from_secs(15),
+        async || {
+            fleet
+                .clusters()
+                .iter()
+                .filter(|c| c.name() != hanging.name())
+                .all(|c| c.log().entries_for(NAMESPACES).len() >= 3)
         },
     )
     .await;
     // Its second timeout (the failure threshold) is written a moment after the others'
     // third probe: results wait briefly for others to share their commit.
-    wait_until(
-        Duration::from_secs(5),
+    until_async_true(
         "the hanging cluster timed out to the failure threshold",
-        || {
-            let store = store.clone();
-            let name = hanging.name().to_owned();
-            async move {
-                let record = store.cluster(&name).await.unwrap();
-                record.last_reason_class.as_deref() == Some("timeout")
-                    && record.health.status == ClusterStatus::Offline
-            }
+        Duration::from_secs(5),
+        async || {
+            let record = store.cluster(hanging.name()).await.unwrap();
+            record.last_reason_class.as_deref() == Some("timeout")
+                && record.health.status == ClusterStatus::Offline
         },
     )
     .await;
@@ -239,9 +221,11 @@ async fn after_a_restart_clusters_not_yet_due_are_not_probed() {
     let dir = tempfile::tempdir().unwrap();
     let (fleet, store) = setup(5, dir.path()).await;
     let engine = Running::start(store.clone(), NativeProber::default(), settings(60, 2));
-    wait_until(Duration::from_secs(10), "every cluster is ONLINE", || {
-        all_status(&store, ClusterStatus::Online)
-    })
+    until_async_true(
+        "every cluster is ONLINE",
+        Duration::from_secs(10),
+        async || all_status(&store, ClusterStatus::Online).await,
+    )
     .await;
     engine.stop().await;
     store.close().await;
@@ -262,17 +246,33 @@ async fn after_a_restart_clusters_not_yet_due_are_not_probed() {
         .await
         .unwrap();
     let engine = Running::start(store.clone(), NativeProber::default(), settings(60, 2));
-    wait_until(
-        Duration::from_secs(5),
+    until_async_true(
         "the overdue cluster is probed",
-        || {
-            let fleet = &fleet;
-            async move { fleet.get(3).unwrap().log().entries_for(NAMESPACES).len() == 2 }
-        },
+        Duration::from_secs(5),
+        async || fleet.get(3).unwrap().log().entries_for(NAMESPACES).len() == 2,
     )
     .await;
-    // Give a wrong probe time to happen before counting.
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    // A wrong probe would have come by the time the engine, reading its schedule again
+    // and again, has probed three more clusters registered one after the other (whose
+    // kubeconfigs are missing: no request reaches the fleet).
+    for witness in ["w1", "w2", "w3"] {
+        store
+            .register_cluster(
+                witness,
+                "https://127.0.0.1:1",
+                &format!("{}#{witness}", dir.path().join("missing.yaml").display()),
+                &PolicyOverrides::default(),
+                wall_clock(),
+            )
+            .await
+            .unwrap();
+        until_async_true(
+            &format!("the witness {witness} is probed"),
+            Duration::from_secs(5),
+            async || store.cluster(witness).await.unwrap().last_outcome.is_some(),
+        )
+        .await;
+    }
     engine.stop().await;
     let after: Vec<usize> = fleet
         .clusters()
