@@ -391,7 +391,9 @@ async function clusterView(name) {
     get(`/api/v1/clusters/${enc(name)}/uptime`, { optional: true }).catch(() => null),
     get(`/api/v1/clusters/${enc(name)}/latency`, { optional: true }).catch(() => null),
   ]);
-  if (generation !== state.generation) return;
+  // A refresh of the cluster left (its events keep coming) may finish after the route moved
+  // on, with the same generation: it must not draw that cluster over the one navigated to.
+  if (generation !== state.generation || routedCluster() !== name) return;
   if (!cluster) {
     replace(main, h('h1', {}, name), h('p', {}, 'No such cluster (it may have been deleted).'),
       h('p', {}, h('a', { href: '#/' }, 'Back to the fleet')));
@@ -841,6 +843,13 @@ function handleError(error) {
 
 // ---- routing and start ---------------------------------------------------------------------
 
+// The cluster the address names (`#/cluster/NAME`), or null on another page.
+function routedCluster() {
+  const hash = location.hash || '#/';
+  if (!hash.startsWith('#/cluster/')) return null;
+  try { return decodeURIComponent(hash.slice('#/cluster/'.length)); } catch { return ''; }
+}
+
 function route() {
   state.generation += 1;
   const hash = location.hash || '#/';
@@ -849,9 +858,7 @@ function route() {
     else a.removeAttribute('aria-current');
   }
   if (hash.startsWith('#/cluster/')) {
-    let name;
-    try { name = decodeURIComponent(hash.slice('#/cluster/'.length)); } catch { name = ''; }
-    clusterView(name).catch(handleError);
+    clusterView(routedCluster()).catch(handleError);
   } else if (hash.startsWith('#/plugins')) {
     pluginsView();
   } else {
