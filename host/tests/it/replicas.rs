@@ -633,30 +633,55 @@ async fn three_replicas_share_a_fleet_with_no_double_probe_and_no_double_cascade
         cluster.delay(Duration::from_millis(1_800)).await.unwrap();
     }
     let paused = &replicas[0];
-    wait_until("r1 holds a claim", Duration::from_secs(60), async || {
-        paused.get("/readyz").contains("\"claims\":")
-            && !paused.get("/readyz").contains("\"claims\":0")
-    })
-    .await;
-    paused.vigil.signal("STOP");
-    // Past its lease: every cluster it held is claimed again, by another replica.
-    let held: Vec<(i64, i64)> =
-        sqlx::query_as("SELECT id, claim_epoch FROM clusters WHERE claimed_by = 'r1'")
+    // Paused while it holds claims (it may finish a probe between its answer and the
+    // signal: then it is resumed and paused again).
+    let mut held: Vec<(i64, i64)> = Vec::new();
+    for _ in 0..20 {
+        wait_until("r1 holds a claim", Duration::from_secs(60), async || {
+            let readyz = paused.get("/readyz");
+            readyz.contains("\"claims\":") && !readyz.contains("\"claims\":0")
+        })
+        .await;
+        paused.vigil.signal("STOP");
+        held = sqlx::query_as("SELECT id, claim_epoch FROM clusters WHERE claimed_by = 'r1'")
             .fetch_all(store.pool())
             .await
             .unwrap();
-    wait_until(
-        "r1's clusters claimed again",
+        if !held.is_empty() {
+            break;
+        }
+        paused.vigil.signal("CONT");
+    }
+    assert!(!held.is_empty(), "r1 never held a claim when it was paused");
+    let seen: std::cell::RefCell<Vec<(i64, i64, Option<String>)>> = Default::default();
+    wait::until_async_every(
+        "another replica claims a cluster r1 held",
         Duration::from_secs(LEASE_SECONDS + INTERVAL + 60),
+        Duration::from_millis(250),
+        || {
+            let seen = seen.borrow();
+            let mine: Vec<_> = seen
+                .iter()
+                .filter(|(id, ..)| held.iter().any(|(held, _)| held == id))
+                .collect();
+            format!(
+                "r1 held {} clusters; now (id, epoch, holder): {mine:?}\nr2:\n{}",
+                held.len(),
+                replicas[1].vigil.tail()
+            )
+        },
         async || {
-            let now: Vec<(i64, i64)> = sqlx::query_as("SELECT id, claim_epoch FROM clusters")
-                .fetch_all(store.pool())
-                .await
-                .unwrap();
-            held.iter().all(|(id, epoch)| {
+            let now: Vec<(i64, i64, Option<String>)> =
+                sqlx::query_as("SELECT id, claim_epoch, claimed_by FROM clusters")
+                    .fetch_all(store.pool())
+                    .await
+                    .unwrap();
+            let taken = held.iter().any(|(id, epoch)| {
                 now.iter()
-                    .any(|(other, again)| other == id && again > epoch)
-            })
+                    .any(|(other, again, _)| other == id && again > epoch)
+            });
+            *seen.borrow_mut() = now;
+            taken.then_some(())
         },
     )
     .await;
