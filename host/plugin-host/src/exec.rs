@@ -1,9 +1,10 @@
 //! Runs kubeconfig users' `exec` commands for `credentials.exec-credential`, and keeps what
 //! they give.
 //!
-//! What may run is decided by [`ExecPolicy`] (the operator's allow-list, checked on the
-//! command's real path); this module runs an admitted command as kubectl does — its
-//! arguments, an explicit environment, `KUBERNETES_EXEC_INFO`, no standard input, in a
+//! What may run is decided by [`ExecPolicy`] (the operator's allow-list file, checked on
+//! the command's real path and its arguments, and the names a kubeconfig's `env` may set);
+//! this module runs an admitted command as kubectl does — its arguments, an explicit
+//! environment, `KUBERNETES_EXEC_INFO`, no standard input, in a
 //! process group of its own — with a time limit and a cap on its output, and kills the
 //! whole group when it is done or overruns. Credentials are kept in memory only, per
 //! plugin, exec configuration and cluster, until shortly before they expire: one run at a
@@ -447,6 +448,7 @@ mod tests {
     use std::path::{Path, PathBuf};
 
     use super::*;
+    use vigil_domain::exec::allow_list::AllowList;
     use vigil_domain::exec::{API_V1, ExecVersion};
 
     /// A command that counts its runs in `dir/runs` and prints a token, after `sleep`
@@ -479,7 +481,13 @@ mod tests {
 
     fn new_runner(program: &Path, timeout: Duration) -> Arc<ExecRunner> {
         Arc::new(ExecRunner::new(ExecSettings {
-            policy: ExecPolicy::new(vec![program.to_path_buf()], Vec::new(), false).unwrap(),
+            policy: ExecPolicy::new(
+                AllowList::parse(&program.display().to_string()).unwrap(),
+                Vec::new(),
+                Vec::new(),
+                false,
+            )
+            .unwrap(),
             timeout,
             max_concurrent: 2,
         }))

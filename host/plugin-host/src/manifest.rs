@@ -31,7 +31,8 @@ pub struct Manifest {
     pub credentials: bool,
     /// Whether the plugin may have vigil run a kubeconfig user's `exec` command and read
     /// the credential it gives (`credentials.exec-credential`; with `credentials`). The
-    /// command still runs only if the operator allows its real path (`VIGIL_EXEC_ALLOW`).
+    /// command still runs only if the operator allows its real path and its arguments
+    /// (`VIGIL_EXEC_ALLOW_FILE`).
     #[serde(default)]
     pub exec_credentials: bool,
     /// Whether the plugin may send HTTP requests.

@@ -44,12 +44,24 @@ const TOKEN_PREFIX: &str = "kit-token-";
 /// The `PATH` vigil gives a credential command.
 const CHILD_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
+/// The names of the kit's variables: the `env` entries a kubeconfig may set
+/// (`VIGIL_EXEC_KUBECONFIG_ENV`).
+const KIT_ENV: (&str, &str) = (
+    "VIGIL_EXEC_KUBECONFIG_ENV",
+    "EXEC_KIT_MODE,EXEC_KIT_MODE_FILE,EXEC_KIT_COUNTER,EXEC_KIT_TOKEN_PREFIX,EXEC_KIT_LIFETIME,\
+     EXEC_KIT_API_VERSION,EXEC_KIT_INFO_OUT,EXEC_KIT_ENV_OUT,EXEC_KIT_ARGS_OUT,EXEC_KIT_STDIN_OUT,\
+     EXEC_KIT_DELAY,EXEC_KIT_SPANS,EXEC_KIT_CERT_FILE,EXEC_KIT_KEY_FILE,EXEC_KIT_PID_FILE",
+);
+
 /// The kit installed in a test's directory.
 struct Kit {
     /// The test's directory with every link resolved: the allow-list holds real paths.
     root: PathBuf,
     /// `ROOT/kit/exec-kit`, the command the tests allow.
     command: PathBuf,
+    /// `ROOT/exec-allow`, an allow-list file (`VIGIL_EXEC_ALLOW_FILE`): the kit without
+    /// arguments, or as `get-token --cluster-name <name>`.
+    allow: PathBuf,
 }
 
 impl Kit {
@@ -60,7 +72,23 @@ impl Kit {
         let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/exec-kit/exec-kit");
         copy_executable(&source, &command);
         std::fs::create_dir_all(root.join("out")).unwrap();
-        Self { root, command }
+        let allow = root.join("exec-allow");
+        let kit = command.display();
+        std::fs::write(
+            &allow,
+            format!("{kit}\n{kit} get-token --cluster-name <name>\n"),
+        )
+        .unwrap();
+        Self {
+            root,
+            command,
+            allow,
+        }
+    }
+
+    /// `VIGIL_EXEC_ALLOW_FILE`, naming [`Kit::allow`].
+    fn allowed(&self) -> (&'static str, &str) {
+        ("VIGIL_EXEC_ALLOW_FILE", text(&self.allow))
     }
 
     /// A copy of the kit at `relative`, which no allow-list names.
@@ -678,7 +706,12 @@ async fn an_allowed_command_runs_as_kubectl_runs_it_and_a_command_whose_real_pat
             .write(&kubeconfigs.join(format!("{name}.yaml")));
     }
 
-    let allow = format!("{}:{}", kit.program(), text(&listed_link));
+    let allow = kit.root.join("exec-allow-link");
+    std::fs::write(
+        &allow,
+        std::fs::read_to_string(&kit.allow).unwrap() + text(&listed_link) + "\n",
+    )
+    .unwrap();
     let path = format!(
         "{}:{}",
         text(&kit.root.join("kit")),
@@ -689,7 +722,8 @@ async fn an_allowed_command_runs_as_kubectl_runs_it_and_a_command_whose_real_pat
         &kubeconfigs,
         &plugin_dir(&kit.root, &["kubeconfig-file"]),
         &[
-            ("VIGIL_EXEC_ALLOW", allow.as_str()),
+            ("VIGIL_EXEC_ALLOW_FILE", text(&allow)),
+            KIT_ENV,
             ("VIGIL_EXEC_ENV", "EXEC_KIT_PASSED"),
             ("EXEC_KIT_PASSED", "passed-through-4711"),
             ("EXEC_KIT_WITHHELD", "withheld-0815"),
@@ -878,7 +912,7 @@ async fn one_run_serves_every_probe_until_shortly_before_the_credential_expires_
         &kit.root,
         &kubeconfigs,
         &plugin_dir(&kit.root, &["kubeconfig-file"]),
-        &[("VIGIL_EXEC_ALLOW", kit.program())],
+        &[kit.allowed(), KIT_ENV],
     )
     .await;
     for name in shared.iter().chain(&kept) {
@@ -1081,10 +1115,7 @@ async fn a_command_that_fails_hangs_or_prints_something_unusable_is_exec_credent
         &kit.root,
         &kubeconfigs,
         &plugin_dir(&kit.root, &["kubeconfig-file"]),
-        &[
-            ("VIGIL_EXEC_ALLOW", kit.program()),
-            ("VIGIL_EXEC_TIMEOUT", "2"),
-        ],
+        &[kit.allowed(), KIT_ENV, ("VIGIL_EXEC_TIMEOUT", "2")],
     )
     .await;
     vigil.wait_online("turns-bad").await;
@@ -1222,10 +1253,7 @@ async fn a_command_slower_than_the_probe_is_exec_credentials_and_killed_at_its_o
         &kit.root,
         &kubeconfigs,
         &plugin_dir(&kit.root, &["kubeconfig-file"]),
-        &[
-            ("VIGIL_EXEC_ALLOW", kit.program()),
-            ("CLUSTER_HEALTH_TIMEOUT", "2"),
-        ],
+        &[kit.allowed(), KIT_ENV, ("CLUSTER_HEALTH_TIMEOUT", "2")],
     )
     .await;
     vigil
@@ -1281,7 +1309,7 @@ async fn at_most_a_few_commands_run_at_once() {
         &kit.root,
         &kubeconfigs,
         &plugin_dir(&kit.root, &["kubeconfig-file"]),
-        &[("VIGIL_EXEC_ALLOW", kit.program())],
+        &[kit.allowed(), KIT_ENV],
     )
     .await;
     for name in &names {
@@ -1380,7 +1408,7 @@ async fn a_kubeconfig_from_a_secret_runs_its_command_only_with_exec_from_secrets
     let secret_runs = kit.out("in-secret.runs");
 
     // Nothing allowed.
-    let vigil = phase("nothing-allowed", &[]).await;
+    let vigil = phase("nothing-allowed", &[KIT_ENV]).await;
     vigil
         .wait_exec_refused("in-file", &["VIGIL_EXEC_ALLOW"])
         .await;
@@ -1394,7 +1422,7 @@ async fn a_kubeconfig_from_a_secret_runs_its_command_only_with_exec_from_secrets
     assert!(!kit.out("in-file-nothing-allowed.runs").exists());
 
     // The command allowed: from a file it runs, from a Secret it still does not.
-    let vigil = phase("allowed", &[("VIGIL_EXEC_ALLOW", kit.program())]).await;
+    let vigil = phase("allowed", &[kit.allowed(), KIT_ENV]).await;
     vigil.wait_online("in-file").await;
     vigil
         .wait_exec_refused("in-secret", &["VIGIL_EXEC_FROM_SECRETS"])
@@ -1410,10 +1438,7 @@ async fn a_kubeconfig_from_a_secret_runs_its_command_only_with_exec_from_secrets
     // And with VIGIL_EXEC_FROM_SECRETS=true it does.
     let vigil = phase(
         "from-secrets",
-        &[
-            ("VIGIL_EXEC_ALLOW", kit.program()),
-            ("VIGIL_EXEC_FROM_SECRETS", "true"),
-        ],
+        &[kit.allowed(), KIT_ENV, ("VIGIL_EXEC_FROM_SECRETS", "true")],
     )
     .await;
     vigil.wait_online("in-secret").await;
@@ -1462,13 +1487,7 @@ async fn a_plugin_without_the_exec_credentials_grant_never_gets_a_command_run() 
         .collect();
     std::fs::write(plugins.join("kubeconfig-file.toml"), without).unwrap();
 
-    let vigil = Vigil::start(
-        &kit.root,
-        &kubeconfigs,
-        &plugins,
-        &[("VIGIL_EXEC_ALLOW", kit.program())],
-    )
-    .await;
+    let vigil = Vigil::start(&kit.root, &kubeconfigs, &plugins, &[kit.allowed(), KIT_ENV]).await;
     vigil
         .wait_exec_refused("ungranted", &["exec-credentials"])
         .await;
@@ -1499,6 +1518,12 @@ fn exec_settings_that_would_hand_vigils_own_variables_to_a_command_stop_start_up
         ("VIGIL_EXEC_ENV", "HOME", "HOME"),
         ("VIGIL_EXEC_ENV", "LD_PRELOAD", "LD_PRELOAD"),
         ("VIGIL_EXEC_ALLOW", "bin/exec-kit", "bin/exec-kit"),
+        ("VIGIL_EXEC_ALLOW", "/bin/a,/bin/b", "VIGIL_EXEC_ALLOW_FILE"),
+        (
+            "VIGIL_EXEC_KUBECONFIG_ENV",
+            "BASH_ENV,VIGIL_API_TOKEN",
+            "VIGIL_API_TOKEN",
+        ),
     ] {
         let mut refused = process::serve(dir.path())
             .kubeconfigs(dir.path())
@@ -1538,9 +1563,10 @@ fn discover_dry_run_tells_whether_an_exec_user_may_run_and_runs_nothing() {
         command
             .args(["discover", "--dry-run"])
             .args(args)
-            .arg(&file);
+            .arg(&file)
+            .env(KIT_ENV.0, KIT_ENV.1);
         if let Some(allow) = allow {
-            command.env("VIGIL_EXEC_ALLOW", allow);
+            command.env("VIGIL_EXEC_ALLOW_FILE", allow);
         }
         let output = command.output().unwrap();
         let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
@@ -1563,11 +1589,11 @@ fn discover_dry_run_tells_whether_an_exec_user_may_run_and_runs_nothing() {
     let refused_line = line(&refused);
     assert!(
         refused_line.contains("not probeable (exec-credentials)")
-            && refused_line.contains("VIGIL_EXEC_ALLOW is empty")
+            && refused_line.contains("VIGIL_EXEC_ALLOW_FILE allows no command")
             && refused_line.contains(kit.program()),
         "not allowed, and why:\n{refused}"
     );
-    let allowed = run(Some(kit.program()), &[]);
+    let allowed = run(Some(text(&kit.allow)), &[]);
     let allowed_line = line(&allowed);
     assert!(
         allowed_line.contains("probeable: exec command")
@@ -1588,7 +1614,7 @@ fn discover_dry_run_tells_whether_an_exec_user_may_run_and_runs_nothing() {
             .unwrap_or_else(|| panic!("exec-user in {plan:#}"))
     };
     assert_eq!(json(None)["probeable"], false);
-    assert_eq!(json(Some(kit.program()))["probeable"], true);
+    assert_eq!(json(Some(text(&kit.allow)))["probeable"], true);
     assert!(
         !kit.out("discover.runs").exists(),
         "a dry run never runs a credential command"

@@ -87,7 +87,8 @@ impl std::fmt::Debug for ExecCredential {
 /// itself, as kubectl does, keeps the credential until shortly before it expires, and runs
 /// the command again after the cluster answered 401 to a request that carried it. Needs
 /// `exec-credentials = true` in the plugin's `NAME.toml`, and the operator's allowing the
-/// command (`VIGIL_EXEC_ALLOW`); [`CredentialsError::ExecCredentials`] says what is missing,
+/// command and its arguments (`VIGIL_EXEC_ALLOW_FILE`) and the names its `env` sets
+/// (`VIGIL_EXEC_KUBECONFIG_ENV`); [`CredentialsError::ExecCredentials`] says what is missing,
 /// or why the command failed. [`CredentialsError::NotFound`] when the user has no `exec`
 /// section.
 pub fn exec_credential() -> Result<ExecCredential, CredentialsError> {
