@@ -631,9 +631,9 @@ pub struct ServeArgs {
     pub api: ApiArgs,
 }
 
-/// Where kubeconfigs are and which database holds the clusters: the settings that
-/// `vigil serve` and `vigil discover --dry-run` share, so that a preview reads
-/// exactly what the engine would.
+/// Where kubeconfigs are, where the files they name may lie, and which database holds the
+/// clusters: the settings that `vigil serve` and `vigil discover --dry-run` share, so that a
+/// preview reads exactly what the engine would.
 #[derive(Debug, Clone, Args)]
 pub struct SourceArgs {
     /// Kubeconfig files to discover, `:`-separated [default: $KUBECONFIG, else ~/.kube/config].
@@ -651,6 +651,19 @@ pub struct SourceArgs {
         value_name = "KUBECONFIG_DIR"
     )]
     pub kubeconfig_dir: Option<PathBuf>,
+
+    /// Directories, besides a kubeconfig's own, under which the files it names
+    /// (certificate-authority, client-certificate, client-key, tokenFile) may lie,
+    /// `:`-separated, by real path: elsewhere its clusters are not probeable (e.g.
+    /// ~/.minikube for minikube's kubeconfig) [default: none, the kubeconfig's own directory
+    /// only].
+    #[arg(
+        long = "kubeconfig-credential-dirs",
+        env = "VIGIL_KUBECONFIG_CREDENTIAL_DIRS",
+        value_name = "VIGIL_KUBECONFIG_CREDENTIAL_DIRS",
+        value_delimiter = ':'
+    )]
+    pub kubeconfig_credential_dirs: Vec<PathBuf>,
 
     /// The database [default: a SQLite file `vigil.db` in the working directory].
     #[arg(
@@ -676,6 +689,13 @@ impl SourceArgs {
             kubeconfig_env: self.kubeconfig_env.clone().filter(|p| !p.is_empty()),
             home_dir,
             kubeconfig_dir: self.kubeconfig_dir.clone(),
+            kubeconfig_credential_dirs: self
+                .kubeconfig_credential_dirs
+                .iter()
+                .filter(|dir| !dir.as_os_str().is_empty())
+                .cloned()
+                .map(vigil_domain::discovery::absolute)
+                .collect(),
         }
     }
 
@@ -1457,5 +1477,19 @@ mod tests {
             .settings()
             .unwrap();
         assert_eq!(settings.policy.kubeconfig_env, ["AWS_PROFILE"]);
+    }
+
+    #[test]
+    fn the_kubeconfig_credential_directories_are_made_absolute() {
+        let dirs = discover(&["--kubeconfig-credential-dirs", "/home/me/.minikube:creds"])
+            .sources
+            .discovery_settings(None)
+            .kubeconfig_credential_dirs;
+        assert_eq!(dirs.len(), 2, "{dirs:?}");
+        assert_eq!(dirs[0], Path::new("/home/me/.minikube"));
+        assert!(
+            dirs[1].is_absolute() && dirs[1].ends_with("creds"),
+            "{dirs:?}"
+        );
     }
 }

@@ -500,6 +500,7 @@ fn plugin_check(args: &PluginCheckArgs) -> Exit {
         let settings = CheckSettings {
             cache_dir: plugins.cache_dir.clone(),
             credential_dirs: credential_roots(&discovery_settings, &plugins.credential_dirs),
+            kubeconfig_credential_dirs: discovery_settings.kubeconfig_credential_dirs.clone(),
             management: plugins.management.clone(),
             registration_allow: plugins.registration_allow.clone(),
             exec: plugins.exec.clone(),
@@ -750,8 +751,9 @@ fn discover(args: &DiscoverArgs) -> Exit {
         Ok(path) => path,
         Err(error) => return Exit::Settings(error.to_string()),
     };
+    let settings = args.sources.discovery_settings(std::env::home_dir());
     let sources = if args.files.is_empty() {
-        Sources::from_settings(&args.sources.discovery_settings(std::env::home_dir()))
+        Sources::from_settings(&settings)
     } else {
         Sources::new(args.files.iter().cloned(), None)
     };
@@ -768,6 +770,7 @@ fn discover(args: &DiscoverArgs) -> Exit {
         &args.sources.database_url,
         database_path.as_deref(),
         &exec,
+        &settings.kubeconfig_credential_dirs,
         wall_clock(),
     ));
     match planned {

@@ -27,6 +27,8 @@ pub struct CheckSettings {
     pub cache_dir: Option<PathBuf>,
     /// Where `file:///` credential parameters and file references may lie.
     pub credential_dirs: Vec<PathBuf>,
+    /// Where, besides a kubeconfig's own directory, the files it names may lie.
+    pub kubeconfig_credential_dirs: Vec<PathBuf>,
     /// Where the Secrets of `secret://` references are read.
     pub management: vigil_domain::secrets::ManagementCluster,
     /// Where plugins may connect to clusters (`VIGIL_REGISTRATION_ALLOW`).
@@ -147,6 +149,7 @@ pub async fn check(
         cache_dir: settings.cache_dir.clone(),
         concurrency: 1,
         credential_dirs: settings.credential_dirs.clone(),
+        kubeconfig_credential_dirs: settings.kubeconfig_credential_dirs.clone(),
         secrets: Some(vigil_domain::secrets::connect(&settings.management).await),
         registration_allow: settings.registration_allow.clone(),
         exec: settings.exec.clone(),

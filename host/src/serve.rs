@@ -21,6 +21,7 @@ use vigil_api::{
 use vigil_decision::{ProbeOutcome, ProbedBy};
 use vigil_domain::discovery::{self, DiscoverySettings, Sources};
 use vigil_domain::probe::{NoPlugins, ProbeTarget, Probed, Prober, error_chain, wall_clock};
+use vigil_domain::reference::FileBounds;
 use vigil_domain::secrets;
 use vigil_engine::auditing::{AuditSettings, Auditor, audit_loop};
 use vigil_engine::discovery::run_discovery;
@@ -83,10 +84,10 @@ impl Prober for EngineProber {
         }
     }
 
-    fn credential_roots(&self) -> Option<Arc<[PathBuf]>> {
+    fn file_bounds(&self) -> FileBounds {
         match self {
-            Self::Plugins(runtime) => Prober::credential_roots(runtime),
-            Self::None(_) => None,
+            Self::Plugins(runtime) => Prober::file_bounds(runtime),
+            Self::None(none) => none.file_bounds(),
         }
     }
 }
@@ -102,8 +103,8 @@ impl Auditor for EngineProber {
         audit_result(runtime.audit(target, target.timeout).await)
     }
 
-    fn credential_roots(&self) -> Option<Arc<[PathBuf]>> {
-        Prober::credential_roots(self)
+    fn file_bounds(&self) -> FileBounds {
+        Prober::file_bounds(self)
     }
 }
 
@@ -311,6 +312,7 @@ pub async fn load_plugins(
         cache_dir: plugins.cache_dir.clone(),
         concurrency: u32::try_from(concurrency).unwrap_or(u32::MAX),
         credential_dirs: credential_roots(discovery, &plugins.credential_dirs),
+        kubeconfig_credential_dirs: discovery.kubeconfig_credential_dirs.clone(),
         // The management cluster's client, or why there is none: a broken setting makes
         // `secret://` clusters not probeable, never stops the engine.
         secrets: Some(secrets::connect(&plugins.management).await),
@@ -751,7 +753,14 @@ async fn run<P: Prober>(
     );
 
     if owner.holds(&store, "discovery", DISCOVERY_LEASE).await {
-        run_discovery(&store, &sources, &config.plugins.exec.policy, &handle).await?;
+        run_discovery(
+            &store,
+            &sources,
+            &config.plugins.exec.policy,
+            &config.discovery.kubeconfig_credential_dirs,
+            &handle,
+        )
+        .await?;
     } else {
         info!("another replica holds discovery: it writes what the kubeconfig sources define");
     }
@@ -796,6 +805,7 @@ async fn run<P: Prober>(
         let handle = handle.clone();
         let owner = owner.clone();
         let exec_policy = config.plugins.exec.policy.clone();
+        let named_files = config.discovery.kubeconfig_credential_dirs.clone();
         async move {
             while changed_rx.recv().await.is_some() {
                 if !owner.holds(&store, "discovery", DISCOVERY_LEASE).await {
@@ -803,7 +813,9 @@ async fn run<P: Prober>(
                     continue;
                 }
                 info!("kubeconfig sources changed; discovering again");
-                if let Err(error) = run_discovery(&store, &sources, &exec_policy, &handle).await {
+                if let Err(error) =
+                    run_discovery(&store, &sources, &exec_policy, &named_files, &handle).await
+                {
                     warn!(error = %error_chain(&error), "discovery failed");
                 }
             }

@@ -39,8 +39,9 @@ pub const MAX_KUBECONFIG_BYTES: u64 = vigil_kubeconfig_rules::text::MAX_KUBECONF
 /// The debouncer ticks at a quarter of the debounce time, so a zero debounce would spin.
 pub const MIN_DEBOUNCE: Duration = Duration::from_millis(20);
 
-/// The settings that say where kubeconfigs are, as the binary read them from its flags and
-/// environment (discovery itself never reads the environment).
+/// The settings that say where kubeconfigs are, and where the files they name may lie, as
+/// the binary read them from its flags and environment (discovery itself never reads the
+/// environment).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DiscoverySettings {
     /// `KUBECONFIG_PATH`: a `:`-separated list of kubeconfig files, like kubectl's `KUBECONFIG`.
@@ -52,6 +53,9 @@ pub struct DiscoverySettings {
     /// `KUBECONFIG_DIR`: a directory whose every regular file is a kubeconfig (typically a
     /// mounted Kubernetes Secret).
     pub kubeconfig_dir: Option<PathBuf>,
+    /// `VIGIL_KUBECONFIG_CREDENTIAL_DIRS`: the directories, besides a kubeconfig's own,
+    /// under which the files it names may lie (`crate::reference::FileBounds`). Absolute.
+    pub kubeconfig_credential_dirs: Vec<PathBuf>,
 }
 
 /// One kubeconfig file that discovery reads.

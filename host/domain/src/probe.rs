@@ -3,12 +3,11 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use vigil_decision::{ClusterId, ProbeOutcome, ProbedBy, ReasonClass, Timestamp};
 
-use crate::reference::{ConnectionMaterial, Reference};
+use crate::reference::{self, ConnectionMaterial, Reference};
 
 /// The current wall-clock time. The only place the engine reads the clock for
 /// health decisions, so that every decision of one probe uses one instant.
@@ -61,11 +60,13 @@ pub trait Prober: Send + Sync + 'static {
         }
     }
 
-    /// Where the kubeconfig files of file references may really lie: every file the host
-    /// opens for one is checked on its real path ([`reference::resolve_under`]). The
-    /// default, `None`, bounds nothing: only the plugin runtime serves files to plugins.
-    fn credential_roots(&self) -> Option<Arc<[std::path::PathBuf]>> {
-        None
+    /// Where the files of file references may really lie: the kubeconfig files, and the
+    /// files they name; every file the host opens for one is checked on its real path
+    /// ([`reference::resolve_bounded`]). The default bounds no kubeconfig file (only the
+    /// plugin runtime serves files to plugins) and allows named files only in their
+    /// kubeconfig's own directory.
+    fn file_bounds(&self) -> reference::FileBounds {
+        reference::FileBounds::default()
     }
 }
 

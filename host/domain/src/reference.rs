@@ -10,11 +10,19 @@
 //! credentials, inline or as files) or explains why the cluster is not probeable
 //! (`reference-broken`, `exec-credentials`: docs/rules.md#outcomes). Secret and URL references are left to
 //! plugins. Secret material only ever lives in [`SecretBytes`], which never prints itself.
+//!
+//! The files a kubeconfig names (`certificate-authority`, `client-certificate`,
+//! `client-key`, `tokenFile`) are read only under the kubeconfig's own directory or the
+//! operator's [`NAMED_FILES_SETTING`] ([`FileBounds`]): whoever writes a kubeconfig also
+//! picks the server its token goes to, so a kubeconfig that could name any file could send
+//! any one-line secret vigil can read (a service-account token, an API token) to a server
+//! of its choosing.
 
 use std::fmt;
 use std::fs;
 use std::io;
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 
 use kube::config::{AuthInfo, Kubeconfig, NamedContext};
 use vigil_decision::ReasonClass;
@@ -24,6 +32,33 @@ use crate::discovery::{self, SourceProblem};
 use crate::exec::ExecSpec;
 
 pub use vigil_kubeconfig_rules::reference::{DEFAULT_SECRET_KEY, Reference, ReferenceError};
+
+/// The setting of the directories, besides its own, under which the files a kubeconfig
+/// names may lie; named in refusals.
+pub const NAMED_FILES_SETTING: &str = "VIGIL_KUBECONFIG_CREDENTIAL_DIRS";
+
+/// Where the files a file reference leads vigil to open may really lie (after every
+/// symbolic link).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileBounds {
+    /// Where the kubeconfig file itself may lie (`KUBECONFIG_PATH`'s files,
+    /// `KUBECONFIG_DIR`, `VIGIL_CREDENTIAL_DIRS`); `None`: anywhere (the command-line
+    /// tools read what the operator names).
+    pub kubeconfigs: Option<Arc<[PathBuf]>>,
+    /// Where, besides the kubeconfig's own directory, the files it names may lie
+    /// ([`NAMED_FILES_SETTING`]).
+    pub named_files: Arc<[PathBuf]>,
+}
+
+impl Default for FileBounds {
+    /// Kubeconfigs anywhere; the files they name in their own directory only.
+    fn default() -> Self {
+        Self {
+            kubeconfigs: None,
+            named_files: Arc::from(Vec::new()),
+        }
+    }
+}
 
 /// Secret bytes (a key, a token, inline certificate data) that never print themselves.
 ///
@@ -123,6 +158,11 @@ pub struct ConnectionMaterial {
     pub token: Option<Material>,
     /// The user's `exec` section, when its credentials come from a command.
     pub exec: Option<Box<ExecSpec>>,
+    /// The directories under which the files it names were found: the kubeconfig's own
+    /// and [`NAMED_FILES_SETTING`]'s (none for a Secret's kubeconfig, which names no
+    /// file). Whoever reads one of those files later checks the file it opened against
+    /// them again: a link may have changed since.
+    pub file_roots: Vec<PathBuf>,
     /// The kubeconfig as `credentials.kubeconfig` serves it to plugins: the selected
     /// context alone, with its cluster and user entries, as vigil read them, rendered as
     /// JSON.
@@ -209,14 +249,15 @@ impl fmt::Display for Resolution {
 }
 
 /// Resolves a reference on the host, wherever its kubeconfig lies (the command-line
-/// tools, which read what the operator names). The engine uses [`resolve_under`].
+/// tools, which read what the operator names), the files it names under its own directory
+/// only. The engine uses [`resolve_bounded`].
 ///
 /// A file reference is read now (blocking I/O; async callers use `spawn_blocking`): its
 /// context, cluster and user are looked up as kubectl does, inline data is decoded, and every
-/// file it names is checked to exist. `secret://` and `http(s)://` references are
-/// [`Resolution::Delegated`].
+/// file it names is checked to exist and to lie where [`FileBounds`] allows. `secret://`
+/// and `http(s)://` references are [`Resolution::Delegated`].
 pub fn resolve(reference: &Reference) -> Resolution {
-    resolve_bounded(reference, None)
+    resolve_bounded(reference, &FileBounds::default())
 }
 
 /// [`resolve`], reading a kubeconfig file only when the file actually opened — after
@@ -228,14 +269,23 @@ pub fn resolve(reference: &Reference) -> Resolution {
 /// Secret volume swaps its `..data` link to rotate its files, so the real path changes
 /// while the reference does not — and stays inside the volume.
 pub fn resolve_under(reference: &Reference, roots: &[PathBuf]) -> Resolution {
-    resolve_bounded(reference, Some(roots))
+    resolve_bounded(
+        reference,
+        &FileBounds {
+            kubeconfigs: Some(Arc::from(roots)),
+            ..FileBounds::default()
+        },
+    )
 }
 
+/// [`resolve`] within `bounds`: the kubeconfig file only where [`FileBounds::kubeconfigs`]
+/// says (see [`resolve_under`]), the files it names only under its own directory or
+/// [`FileBounds::named_files`].
 #[tracing::instrument(level = "debug", skip_all, fields(reference = %reference))]
-fn resolve_bounded(reference: &Reference, roots: Option<&[PathBuf]>) -> Resolution {
+pub fn resolve_bounded(reference: &Reference, bounds: &FileBounds) -> Resolution {
     match reference {
         Reference::File { path, context } => {
-            match resolve_file(Path::new(path), context.as_deref(), roots) {
+            match resolve_file(Path::new(path), context.as_deref(), bounds) {
                 Ok(material) => Resolution::Connection(Box::new(material)),
                 // Every message names the file first, in the words the guest SDK's `select`
                 // uses after it (the kubeconfig-file plugin writes `kubeconfig PATH: …` too), so
@@ -266,9 +316,9 @@ fn broken(message: String) -> NotProbeable {
 fn resolve_file(
     kubeconfig: &Path,
     context: Option<&str>,
-    roots: Option<&[PathBuf]>,
+    bounds: &FileBounds,
 ) -> Result<ConnectionMaterial, NotProbeable> {
-    let config = discovery::load_kubeconfig_checked(kubeconfig, |file| match roots {
+    let config = discovery::load_kubeconfig_checked(kubeconfig, |file| match &bounds.kubeconfigs {
         Some(roots) if !opened_under(file, kubeconfig, roots) => {
             Err(SourceProblem::OutsideCredentialRoots)
         }
@@ -282,14 +332,22 @@ fn resolve_file(
         },
         _ => broken(problem.to_string()),
     })?;
-    resolve_config(&config, Origin::File(kubeconfig), context)
+    let origin = Origin::File {
+        kubeconfig,
+        named_files: &bounds.named_files,
+    };
+    resolve_config(&config, origin, context)
 }
 
 /// Where a kubeconfig being resolved was read from: the files it names are resolved
-/// against a file's directory, and refused in a Secret's kubeconfig.
+/// against a file's directory and must lie under it or `named_files`; a Secret's
+/// kubeconfig names no file.
 #[derive(Clone, Copy)]
 enum Origin<'a> {
-    File(&'a Path),
+    File {
+        kubeconfig: &'a Path,
+        named_files: &'a [PathBuf],
+    },
     Secret,
 }
 
@@ -329,9 +387,12 @@ fn resolve_config(
     origin: Origin<'_>,
     context: Option<&str>,
 ) -> Result<ConnectionMaterial, NotProbeable> {
-    let kubeconfig = match origin {
-        Origin::File(path) => path,
-        Origin::Secret => Path::new(""),
+    let (kubeconfig, file_roots) = match origin {
+        Origin::File {
+            kubeconfig,
+            named_files,
+        } => (kubeconfig, file_roots(kubeconfig, named_files)),
+        Origin::Secret => (Path::new(""), Vec::new()),
     };
     let context_name = match context {
         Some(context) => context.to_owned(),
@@ -373,7 +434,9 @@ fn resolve_config(
     let exec = match &user.exec {
         Some(exec) => {
             let dir = match origin {
-                Origin::File(path) => Some(path.parent().unwrap_or(Path::new("/"))),
+                Origin::File { kubeconfig, .. } => {
+                    Some(kubeconfig.parent().unwrap_or(Path::new("/")))
+                }
                 Origin::Secret => None,
             };
             let spec = ExecSpec::read(exec, parts.cluster, dir).map_err(|why| NotProbeable {
@@ -479,6 +542,7 @@ fn resolve_config(
         client_key,
         token,
         exec,
+        file_roots,
     })
 }
 
@@ -569,9 +633,17 @@ fn file_material(
     owner: &str,
 ) -> Result<Material, NotProbeable> {
     match origin {
-        Origin::File(kubeconfig) => {
+        Origin::File {
+            kubeconfig,
+            named_files,
+        } => {
             let path = kubeconfig_path::resolve(kubeconfig, file);
-            check_file(&path, field, owner)?;
+            let place = NamedFilePlace {
+                kubeconfig,
+                named_files,
+                roots: file_roots(kubeconfig, named_files),
+            };
+            check_file(&path, field, owner, &place)?;
             Ok(Material::File(path))
         }
         Origin::Secret => Err(broken(format!(
@@ -580,10 +652,89 @@ fn file_material(
     }
 }
 
-/// Checks that a file named by a kubeconfig exists, is a regular file and can be opened.
-/// The file is opened without blocking (a FIFO put in its place after the check
-/// would block a plain open) and its type checked again on what was opened.
-fn check_file(path: &Path, field: &str, owner: &str) -> Result<(), NotProbeable> {
+/// The directory a kubeconfig's named files may lie under as its own: its parent, by name
+/// (`.` and `..` resolved as the relative paths it names are), unless that is `/` (a
+/// kubeconfig mounted at `/kubeconfig` would otherwise allow every file).
+fn own_dir(kubeconfig: &Path) -> Option<PathBuf> {
+    let dir = kubeconfig
+        .parent()
+        .filter(|dir| !dir.as_os_str().is_empty())?;
+    let dir = lexically_absolute(dir);
+    (dir != Path::new("/")).then_some(dir)
+}
+
+/// The directories the files a kubeconfig names may lie under: its own and `named_files`.
+fn file_roots(kubeconfig: &Path, named_files: &[PathBuf]) -> Vec<PathBuf> {
+    own_dir(kubeconfig)
+        .into_iter()
+        .chain(named_files.iter().cloned())
+        .collect()
+}
+
+/// Where the files of one kubeconfig may lie, for [`check_file`] and its messages.
+struct NamedFilePlace<'a> {
+    kubeconfig: &'a Path,
+    named_files: &'a [PathBuf],
+    roots: Vec<PathBuf>,
+}
+
+impl NamedFilePlace<'_> {
+    /// Whether `path`, by name, lies under a root as written or under its real path. Only
+    /// a first look: the file opened is checked by its real path.
+    fn holds_by_name(&self, path: &Path) -> bool {
+        let real_roots: Vec<PathBuf> = self
+            .roots
+            .iter()
+            .filter_map(|root| fs::canonicalize(root).ok())
+            .collect();
+        lies_under(path, &self.roots) || lies_under(path, &real_roots)
+    }
+
+    /// The refusal of a file outside: where it may lie, and the directory to add to
+    /// [`NAMED_FILES_SETTING`] to allow it.
+    fn outside(&self, path: &Path, real: Option<&Path>, field: &str, owner: &str) -> NotProbeable {
+        let shown = match real {
+            Some(real) if real != path => {
+                format!("{} (really {})", path.display(), real.display())
+            }
+            _ => path.display().to_string(),
+        };
+        let own = match own_dir(self.kubeconfig) {
+            Some(dir) => format!("the kubeconfig's directory {}", dir.display()),
+            None => "the kubeconfig's directory (none: it lies in /)".to_owned(),
+        };
+        let setting = if self.named_files.is_empty() {
+            format!("{NAMED_FILES_SETTING} (unset)")
+        } else {
+            NAMED_FILES_SETTING.to_owned()
+        };
+        let suggested = real
+            .unwrap_or(path)
+            .parent()
+            .unwrap_or(Path::new("/"))
+            .display()
+            .to_string();
+        broken(format!(
+            "the {field} file {shown} of {owner} lies outside {own} and {setting}, where vigil reads the files a kubeconfig names; add {suggested} to {NAMED_FILES_SETTING} (absolute directories, `:`-separated) to allow it"
+        ))
+    }
+}
+
+/// Checks that a file named by a kubeconfig lies where `place` allows, exists, is a
+/// regular file and can be opened. A file outside by name is refused before it is looked
+/// at (so that a kubeconfig cannot learn through vigil which files exist elsewhere); the
+/// file opened is checked again by its real path (a link inside may point outside). The
+/// file is opened without blocking (a FIFO put in its place after the check would block a
+/// plain open) and its type checked again on what was opened.
+fn check_file(
+    path: &Path,
+    field: &str,
+    owner: &str,
+    place: &NamedFilePlace<'_>,
+) -> Result<(), NotProbeable> {
+    if !place.holds_by_name(path) {
+        return Err(place.outside(path, None, field, owner));
+    }
     let shown = path.display();
     let metadata = fs::metadata(path).map_err(|error| match error.kind() {
         io::ErrorKind::NotFound => broken(format!(
@@ -599,11 +750,16 @@ fn check_file(path: &Path, field: &str, owner: &str) -> Result<(), NotProbeable>
             "the {field} file {shown} of {owner} is not a regular file"
         )));
     }
-    open_regular(path).map(drop).map_err(|error| {
+    let file = open_regular(path).map_err(|error| {
         broken(format!(
             "the {field} file {shown} of {owner} cannot be read: {error}"
         ))
-    })
+    })?;
+    if !opened_under(&file, path, &place.roots) {
+        let real = real_path_of(&file, path).ok();
+        return Err(place.outside(path, real.as_deref(), field, owner));
+    }
+    Ok(())
 }
 
 /// Opens `path` for reading without ever blocking on the open: with `O_NONBLOCK`, which
@@ -742,6 +898,33 @@ pub fn lies_under(path: &Path, roots: &[PathBuf]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kubeconfig_in_the_root_directory_has_no_directory_of_its_own() {
+        for (kubeconfig, own) in [
+            ("/home/me/.kube/config", Some("/home/me/.kube")),
+            ("/home/me/.kube/./config", Some("/home/me/.kube")),
+            (
+                "/etc/vigil/kubeconfigs/prod",
+                Some("/etc/vigil/kubeconfigs"),
+            ),
+            // As its relative paths are resolved: by name.
+            ("/etc/vigil/link/../prod", Some("/etc/vigil")),
+            ("/kubeconfig", None),
+            ("/etc/../kubeconfig", None),
+            ("config", None),
+        ] {
+            assert_eq!(
+                own_dir(Path::new(kubeconfig)),
+                own.map(PathBuf::from),
+                "{kubeconfig}"
+            );
+        }
+        assert_eq!(
+            file_roots(Path::new("/kubeconfig"), &[PathBuf::from("/creds")]),
+            [PathBuf::from("/creds")]
+        );
+    }
 
     #[test]
     fn secret_bytes_debug_is_redacted() {

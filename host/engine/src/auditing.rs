@@ -20,10 +20,10 @@ pub trait Auditor: Send + Sync + 'static {
     /// Audits one cluster once, within `target.timeout`.
     fn audit(&self, target: &ProbeTarget) -> impl Future<Output = AuditResult> + Send;
 
-    /// Where the kubeconfig files of file references may really lie, as
-    /// [`crate::worker::Prober::credential_roots`]; `None` bounds nothing.
-    fn credential_roots(&self) -> Option<Arc<[std::path::PathBuf]>> {
-        None
+    /// Where the files of file references may really lie, as
+    /// [`crate::worker::Prober::file_bounds`].
+    fn file_bounds(&self) -> vigil_domain::reference::FileBounds {
+        vigil_domain::reference::FileBounds::default()
     }
 }
 
@@ -146,7 +146,7 @@ pub async fn audit_cluster<A: Auditor>(
     cluster: &ClusterRecord,
     timeout: Duration,
 ) -> AuditResult {
-    let mut target = match resolve_target(cluster, timeout, auditor.credential_roots()).await {
+    let mut target = match resolve_target(cluster, timeout, auditor.file_bounds()).await {
         Ok(target) => target,
         Err(outcome) => {
             return AuditResult::Failed {

@@ -1,13 +1,14 @@
 //! Discovery's results written to the store: every kubeconfig source read, what it
 //! defines upserted, and why each cluster is or is not probeable logged.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use tracing::{info, warn};
 use vigil_domain::discovery::{self, Sources};
 use vigil_domain::exec::{ExecPolicy, judge};
 use vigil_domain::probe::wall_clock;
-use vigil_domain::reference::{self, Reference};
+use vigil_domain::reference::{self, FileBounds, Reference};
 use vigil_store::{DiscoveredClusterRow, Store, StoreError, UpsertSummary};
 
 use crate::worker::WorkerHandle;
@@ -16,11 +17,13 @@ use crate::worker::WorkerHandle;
 /// found and why each cluster is or is not probeable.
 ///
 /// A cluster whose user runs an `exec` command is judged by `exec` (the operator's policy),
-/// as `vigil discover --dry-run` judges it.
+/// the files a kubeconfig names by where they lie (its own directory or `named_files`,
+/// `VIGIL_KUBECONFIG_CREDENTIAL_DIRS`), as `vigil discover --dry-run` judges them.
 pub async fn run_discovery(
     store: &Store,
     sources: &Sources,
     exec: &ExecPolicy,
+    named_files: &[PathBuf],
     worker: &WorkerHandle,
 ) -> Result<UpsertSummary, StoreError> {
     let scan = {
@@ -66,13 +69,18 @@ pub async fn run_discovery(
     let described = {
         let clusters = Arc::clone(&clusters);
         let exec = exec.clone();
+        let bounds = FileBounds {
+            named_files: Arc::from(named_files),
+            ..FileBounds::default()
+        };
         tokio::task::spawn_blocking(move || {
             let path_var = std::env::var_os("PATH");
             clusters
                 .iter()
                 .map(|c| match Reference::parse(&c.reference) {
                     Ok(reference) => {
-                        judge(&reference::resolve(&reference), &exec, path_var.as_deref()).described
+                        let resolution = reference::resolve_bounded(&reference, &bounds);
+                        judge(&resolution, &exec, path_var.as_deref()).described
                     }
                     Err(error) => format!("not probeable (reference-broken): {error}"),
                 })

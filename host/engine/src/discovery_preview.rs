@@ -15,7 +15,7 @@ use vigil_decision::Timestamp;
 
 use vigil_domain::discovery::{self, DiscoveryReport, Sources};
 use vigil_domain::exec::{ExecPolicy, Probeability, judge};
-use vigil_domain::reference::{self, Reference, Resolution};
+use vigil_domain::reference::{self, FileBounds, Reference, Resolution};
 use vigil_store::{
     DiscoveredClusterRow, ExistingDatabase, FieldChange, Store, StoreError, UpsertSummary,
     redact_url,
@@ -213,17 +213,24 @@ pub struct PreviewSummary {
 ///
 /// A context whose user runs an `exec` command is judged by `exec` as the engine would:
 /// probeable only if the command would run, else why not (the plugin's
-/// `exec-credentials` grant is checked when it probes).
+/// `exec-credentials` grant is checked when it probes). The files a kubeconfig names are
+/// judged as the engine judges them: under its own directory or `named_files`
+/// (`VIGIL_KUBECONFIG_CREDENTIAL_DIRS`), else not probeable, saying how to allow them.
 pub async fn preview(
     sources: &Sources,
     database_url: &str,
     database_path: Option<&Path>,
     exec: &ExecPolicy,
+    named_files: &[PathBuf],
     now: Timestamp,
 ) -> Result<DiscoveryPreview, PreviewError> {
     let scan = {
         let sources = sources.clone();
         let exec = exec.clone();
+        let bounds = FileBounds {
+            named_files: named_files.into(),
+            ..FileBounds::default()
+        };
         tokio::task::spawn_blocking(move || {
             let report = discovery::discover(&sources);
             let path_var = std::env::var_os("PATH");
@@ -231,9 +238,11 @@ pub async fn preview(
                 .clusters
                 .iter()
                 .map(|c| match Reference::parse(&c.reference) {
-                    Ok(reference) => {
-                        judge(&reference::resolve(&reference), &exec, path_var.as_deref())
-                    }
+                    Ok(reference) => judge(
+                        &reference::resolve_bounded(&reference, &bounds),
+                        &exec,
+                        path_var.as_deref(),
+                    ),
                     Err(error) => judge(
                         &Resolution::NotProbeable {
                             class: vigil_decision::ReasonClass::ReferenceBroken,

@@ -1072,7 +1072,7 @@ async fn probe_cluster<P: Prober>(
     timeout: Duration,
     grace: Duration,
 ) -> Probed {
-    let target = match resolve_target(cluster, timeout, prober.credential_roots()).await {
+    let target = match resolve_target(cluster, timeout, prober.file_bounds()).await {
         Ok(target) => target,
         Err(outcome) => return Probed::host(outcome),
     };
@@ -1120,13 +1120,13 @@ fn unresolvable_here(cluster: &ClusterRecord, outcome: ProbeOutcome) -> ProbeOut
 }
 
 /// The target a plugin is handed for `cluster`: its reference parsed and, for a file
-/// reference, resolved on the host (off the async threads, its kubeconfig under `roots`
-/// when given, within the probe's `timeout`); or the outcome that says why there is
-/// nothing to hand over.
+/// reference, resolved on the host (off the async threads, its files within `bounds`,
+/// within the probe's `timeout`); or the outcome that says why there is nothing to hand
+/// over.
 pub(crate) async fn resolve_target(
     cluster: &ClusterRecord,
     timeout: Duration,
-    roots: Option<Arc<[std::path::PathBuf]>>,
+    bounds: reference::FileBounds,
 ) -> Result<ProbeTarget, ProbeOutcome> {
     let reference = match Reference::parse(&cluster.kubeconfig_secret_ref) {
         Ok(reference) => reference,
@@ -1138,10 +1138,8 @@ pub(crate) async fn resolve_target(
         }
     };
     let resolving = reference.clone();
-    let resolve = tokio::task::spawn_blocking(move || match roots {
-        Some(roots) => reference::resolve_under(&resolving, &roots),
-        None => reference::resolve(&resolving),
-    });
+    let resolve =
+        tokio::task::spawn_blocking(move || reference::resolve_bounded(&resolving, &bounds));
     // A file system that does not answer (a hung network mount) must not hold the worker's
     // slot past the probe's deadline; the blocking read itself cannot be cancelled.
     let resolution = match tokio::time::timeout(timeout, resolve).await {

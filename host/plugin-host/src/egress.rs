@@ -1918,6 +1918,7 @@ mod tests {
             ))),
             served_kubeconfig: SecretBytes::new(Vec::new()),
             exec: None,
+            file_roots: vec!["/etc/kube".into()],
         };
         let bound = material_binding(&material);
         let token = [HeldCredential {

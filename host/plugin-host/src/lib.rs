@@ -126,6 +126,9 @@ pub struct RuntimeSettings {
     /// (`KUBECONFIG_PATH`'s files, `KUBECONFIG_DIR`, `VIGIL_CREDENTIAL_DIRS`).
     /// Absolute paths; empty refuses every `file:///` parameter.
     pub credential_dirs: Vec<PathBuf>,
+    /// The directories, besides a kubeconfig's own, under which the files it names may
+    /// lie (`VIGIL_KUBECONFIG_CREDENTIAL_DIRS`); empty allows its own directory only.
+    pub kubeconfig_credential_dirs: Vec<PathBuf>,
     /// Where the Secrets of `secret://` references and parameters are read (the
     /// management cluster, `vigil_domain::secrets`); `None` answers every such read with how
     /// to configure one. Only namespaces a plugin's `secret-namespaces` grants are read.
@@ -133,8 +136,9 @@ pub struct RuntimeSettings {
     /// Where clusters may point vigil (`VIGIL_REGISTRATION_ALLOW`): every connection to a
     /// cluster address is checked against it, after name resolution.
     pub registration_allow: AddressRule,
-    /// How kubeconfig users' `exec` commands run (`VIGIL_EXEC_ALLOW`, `VIGIL_EXEC_ENV`,
-    /// `VIGIL_EXEC_FROM_SECRETS`…); by default none does.
+    /// How kubeconfig users' `exec` commands run (`VIGIL_EXEC_ALLOW_FILE`,
+    /// `VIGIL_EXEC_ENV`, `VIGIL_EXEC_KUBECONFIG_ENV`, `VIGIL_EXEC_FROM_SECRETS`…); by
+    /// default none does.
     pub exec: ExecSettings,
 }
 
@@ -548,6 +552,7 @@ struct Inner {
     max_memory_bytes: u64,
     tls: TlsClients,
     credential_dirs: Arc<[PathBuf]>,
+    kubeconfig_credential_dirs: Arc<[PathBuf]>,
     kubeconfigs: Arc<KnownKubeconfigs>,
     secrets: Option<Arc<dyn SecretSource>>,
     address_rule: Arc<AddressRule>,
@@ -639,6 +644,7 @@ impl PluginRuntime {
                 max_memory_bytes: largest,
                 tls,
                 credential_dirs,
+                kubeconfig_credential_dirs: settings.kubeconfig_credential_dirs.clone().into(),
                 kubeconfigs: Arc::default(),
                 secrets: settings.secrets.clone(),
                 address_rule: Arc::new(settings.registration_allow.clone()),
@@ -1280,8 +1286,11 @@ impl Prober for PluginRuntime {
         self.probe_routed(target).await
     }
 
-    fn credential_roots(&self) -> Option<Arc<[PathBuf]>> {
-        Some(Arc::clone(&self.inner.credential_dirs))
+    fn file_bounds(&self) -> vigil_domain::reference::FileBounds {
+        vigil_domain::reference::FileBounds {
+            kubeconfigs: Some(Arc::clone(&self.inner.credential_dirs)),
+            named_files: Arc::clone(&self.inner.kubeconfig_credential_dirs),
+        }
     }
 }
 

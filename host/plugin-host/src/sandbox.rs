@@ -480,6 +480,7 @@ impl CallState {
             )));
         };
         let kubeconfig = material.kubeconfig.clone();
+        let file_roots: Arc<[PathBuf]> = material.file_roots.clone().into();
         // The kubeconfig file itself holds every context's credentials, so it is never
         // served, whatever name reaches it (a link, a hard link, another spelling of its
         // path): `credentials.kubeconfig` serves the selected context alone. By name here;
@@ -506,9 +507,12 @@ impl CallState {
                 "{path} is not a file the kubeconfig's context names"
             )));
         }
+        // Resolution found it under the kubeconfig's directory or the operator's; the file
+        // opened now must lie there still (a link may have changed since).
         let rule = ReadRule {
             not_the_file: Some(kubeconfig),
-            under: None,
+            under: Some(file_roots),
+            named_by_kubeconfig: true,
         };
         let bytes = match read_bounded(self.remaining(), &wanted, rule).await {
             Err(E::Denied(message)) => {
@@ -665,6 +669,7 @@ impl CallState {
                 let rule = ReadRule {
                     not_the_file: None,
                     under: Some(Arc::clone(&self.credential_dirs)),
+                    named_by_kubeconfig: false,
                 };
                 let bytes = match read_bounded(self.remaining(), &path, rule).await {
                     Err(E::Denied(message)) => {
@@ -984,7 +989,8 @@ async fn exec_cluster_info(
         Some(Material::File(path)) => {
             let rule = ReadRule {
                 not_the_file: Some(material.kubeconfig.clone()),
-                under: None,
+                under: Some(material.file_roots.clone().into()),
+                named_by_kubeconfig: true,
             };
             Some(read_bounded(remaining, path, rule).await?)
         }
@@ -1002,8 +1008,12 @@ async fn exec_cluster_info(
 struct ReadRule {
     /// The opened file must not be this one (the kubeconfig, for `read-file`).
     not_the_file: Option<PathBuf>,
-    /// The opened file's real path must lie under one of these (for `file:///` parameters).
+    /// The opened file's real path must lie under one of these (the credential directories
+    /// for `file:///` parameters; for a file a kubeconfig names, its directory and the
+    /// operator's).
     under: Option<Arc<[PathBuf]>>,
+    /// Whether the file is one a kubeconfig names (the refusal then says how to allow it).
+    named_by_kubeconfig: bool,
 }
 
 /// Why a credential file read refused the file it opened; carried in an `io::Error`.
@@ -1017,6 +1027,12 @@ enum ReadRefused {
     /// The file opened really lies outside the credential directories.
     #[error("the file really lies (after symbolic links) outside the credential directories")]
     Outside,
+    /// The file opened, named by a kubeconfig, really lies outside the kubeconfig's
+    /// directory and the operator's directories for such files.
+    #[error(
+        "the file really lies (after symbolic links) outside the kubeconfig's directory and VIGIL_KUBECONFIG_CREDENTIAL_DIRS"
+    )]
+    OutsideKubeconfigDirs,
     /// Not a regular file.
     #[error("{0}")]
     NotRegular(String),
@@ -1077,7 +1093,11 @@ fn read_checked(path: &Path, rule: &ReadRule) -> std::io::Result<Vec<u8>> {
     if let Some(roots) = &rule.under
         && !reference::opened_under(&file, path, roots)
     {
-        return Err(std::io::Error::other(ReadRefused::Outside));
+        return Err(std::io::Error::other(if rule.named_by_kubeconfig {
+            ReadRefused::OutsideKubeconfigDirs
+        } else {
+            ReadRefused::Outside
+        }));
     }
     read_opened(file)
 }
@@ -1315,6 +1335,7 @@ mod tests {
         let rule = ReadRule {
             not_the_file: Some(kubeconfig),
             under: None,
+            named_by_kubeconfig: true,
         };
         let read = |name: &str| read_checked(&dir.path().join(name), &rule);
         assert_eq!(read("ca.crt").expect("another file is read"), b"pem");
@@ -1347,6 +1368,7 @@ mod tests {
         let rule = ReadRule {
             not_the_file: None,
             under: Some(Arc::from([volume.clone()])),
+            named_by_kubeconfig: false,
         };
         let token = volume.join("token");
         assert_eq!(read_checked(&token, &rule).expect("read"), b"first");
@@ -1357,6 +1379,34 @@ mod tests {
         let refused = refusal(read_checked(&volume.join("escape"), &rule)).expect("refused");
         assert!(
             refused.contains("outside the credential directories"),
+            "{refused}"
+        );
+    }
+
+    #[test]
+    fn a_file_a_kubeconfig_names_is_read_only_under_its_roots_when_opened() {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let kubeconfigs = temp.path().join("kubeconfigs");
+        let outside = temp.path().join("outside");
+        std::fs::create_dir_all(&kubeconfigs).expect("dirs");
+        std::fs::create_dir_all(&outside).expect("dirs");
+        std::fs::write(kubeconfigs.join("token"), b"mine").expect("write");
+        std::fs::write(outside.join("secret"), b"not yours").expect("write");
+        // Resolution saw a file inside; a link put in its place later points outside.
+        std::os::unix::fs::symlink(outside.join("secret"), kubeconfigs.join("swapped"))
+            .expect("symlink");
+        let rule = ReadRule {
+            not_the_file: Some(kubeconfigs.join("config")),
+            under: Some(Arc::from([kubeconfigs.clone()])),
+            named_by_kubeconfig: true,
+        };
+        assert_eq!(
+            read_checked(&kubeconfigs.join("token"), &rule).expect("read"),
+            b"mine"
+        );
+        let refused = refusal(read_checked(&kubeconfigs.join("swapped"), &rule)).expect("refused");
+        assert!(
+            refused.contains("VIGIL_KUBECONFIG_CREDENTIAL_DIRS"),
             "{refused}"
         );
     }

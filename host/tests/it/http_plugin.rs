@@ -104,6 +104,7 @@ async fn runtime_with(dir: &Path, credential_dirs: Vec<PathBuf>, operator: &str)
         cache_dir: None,
         concurrency: 4,
         credential_dirs,
+        kubeconfig_credential_dirs: Vec::new(),
         secrets: None,
         registration_allow: Default::default(),
         exec: Default::default(),

@@ -275,6 +275,7 @@ fn plugin_settings(plugin_dir: &Path) -> RuntimeSettings {
         cache_dir: None,
         concurrency: 2,
         credential_dirs: Vec::new(),
+        kubeconfig_credential_dirs: Vec::new(),
         secrets: None,
         registration_allow: Default::default(),
         exec: Default::default(),

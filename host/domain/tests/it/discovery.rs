@@ -227,6 +227,7 @@ fn sources_follow_kubectls_precedence() {
                 kubeconfig_env: env.map(OsString::from),
                 home_dir: home.map(PathBuf::from),
                 kubeconfig_dir: None,
+                kubeconfig_credential_dirs: Vec::new(),
             };
             let expected: Vec<SourceFile> = expected
                 .iter()

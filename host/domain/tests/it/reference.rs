@@ -15,8 +15,8 @@ use proptest::prelude::*;
 use vigil_decision::ReasonClass;
 use vigil_domain::discovery::{Sources, discover};
 use vigil_domain::reference::{
-    ConnectionMaterial, DEFAULT_SECRET_KEY, Material, Reference, ReferenceError, Resolution,
-    SecretBytes, resolve,
+    ConnectionMaterial, DEFAULT_SECRET_KEY, FileBounds, Material, Reference, ReferenceError,
+    Resolution, SecretBytes, resolve, resolve_bounded,
 };
 
 use vigil_test_support::corpus as support;
@@ -631,7 +631,8 @@ fn rarer_kubeconfig_shapes_resolve_as_kubectl_would() {
             "certificate-authority: /etc/vigil-absent/ca.crt",
             "",
             &[],
-            "not probeable (reference-broken): kubeconfig <root>/config: the certificate-authority file /etc/vigil-absent/ca.crt of cluster \"c\" of context \"x\" does not exist",
+            // Outside its directory: refused by name, without looking whether it exists.
+            "not probeable (reference-broken): kubeconfig <root>/config: the certificate-authority file /etc/vigil-absent/ca.crt of cluster \"c\" of context \"x\" lies outside the kubeconfig's directory <root> and VIGIL_KUBECONFIG_CREDENTIAL_DIRS (unset), where vigil reads the files a kubeconfig names; add /etc/vigil-absent to VIGIL_KUBECONFIG_CREDENTIAL_DIRS (absolute directories, `:`-separated) to allow it",
         ),
         (
             "certificate-authority: ca.crt, insecure-skip-tls-verify: true",
@@ -746,6 +747,182 @@ fn rarer_kubeconfig_shapes_resolve_as_kubectl_would() {
         &[],
         None,
         "not probeable (reference-broken): kubeconfig <root>/config: the kubeconfig has no current-context and the reference names no context",
+    );
+}
+
+#[test]
+fn files_a_kubeconfig_names_lie_under_its_directory_or_the_operators() {
+    // <home>/.kube/config names files; <home>/.minikube, <home>/secrets and <home>/roots
+    // lie beside, <home>/roots/linked is a link to <home>/roots/real.
+    let home = tempfile::tempdir().expect("temporary directory");
+    let home = fs::canonicalize(home.path()).expect("real path");
+    for dir in [
+        ".kube/sub",
+        ".minikube/profiles/minikube",
+        "secrets",
+        "roots/real",
+    ] {
+        fs::create_dir_all(home.join(dir)).expect("mkdir");
+    }
+    for file in [
+        ".kube/token",
+        ".kube/sub/token",
+        ".minikube/ca.crt",
+        ".minikube/profiles/minikube/client.crt",
+        ".minikube/profiles/minikube/client.key",
+        "secrets/token",
+        "roots/real/token",
+    ] {
+        fs::write(home.join(file), "one-line-secret-42\n").expect("write");
+    }
+    let link = |at: &str, to: &str| {
+        std::os::unix::fs::symlink(home.join(to), home.join(at)).expect("symlink");
+    };
+    link(".kube/escape", "secrets/token");
+    link(".kube/inside", ".kube/sub/token");
+    link("roots/linked", "roots/real");
+    link(".minikube/escape", "secrets/token");
+
+    let none: &[&str] = &[];
+    let minikube = &[".minikube"][..];
+    let cases: &[(&str, &[&str], &str)] = &[
+        // Under its own directory, by name and by real path.
+        (
+            "tokenFile: token",
+            none,
+            "probeable: bearer token file <home>/.kube/token",
+        ),
+        (
+            "tokenFile: sub/token",
+            none,
+            "probeable: bearer token file <home>/.kube/sub/token",
+        ),
+        (
+            "tokenFile: inside",
+            none,
+            "probeable: bearer token file <home>/.kube/inside",
+        ),
+        // Anywhere else: a one-line secret in another directory.
+        (
+            "tokenFile: <home>/secrets/token",
+            none,
+            "the tokenFile file <home>/secrets/token of user \"u\" of context \"x\" lies outside the kubeconfig's directory <home>/.kube and VIGIL_KUBECONFIG_CREDENTIAL_DIRS (unset), where vigil reads the files a kubeconfig names; add <home>/secrets to VIGIL_KUBECONFIG_CREDENTIAL_DIRS (absolute directories, `:`-separated) to allow it",
+        ),
+        (
+            "tokenFile: ../secrets/token",
+            none,
+            "the tokenFile file <home>/secrets/token of user \"u\" of context \"x\" lies outside",
+        ),
+        (
+            "tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token",
+            none,
+            "the tokenFile file /var/run/secrets/kubernetes.io/serviceaccount/token of user \"u\" of context \"x\" lies outside",
+        ),
+        // A link inside pointing outside is outside.
+        (
+            "tokenFile: escape",
+            none,
+            "the tokenFile file <home>/.kube/escape (really <home>/secrets/token) of user \"u\" of context \"x\" lies outside the kubeconfig's directory <home>/.kube and VIGIL_KUBECONFIG_CREDENTIAL_DIRS (unset), where vigil reads the files a kubeconfig names; add <home>/secrets to",
+        ),
+        // Minikube's files, and how to allow them.
+        (
+            "client-certificate: <home>/.minikube/profiles/minikube/client.crt, client-key: <home>/.minikube/profiles/minikube/client.key",
+            none,
+            "add <home>/.minikube/profiles/minikube to VIGIL_KUBECONFIG_CREDENTIAL_DIRS",
+        ),
+        (
+            "client-certificate: <home>/.minikube/profiles/minikube/client.crt, client-key: <home>/.minikube/profiles/minikube/client.key",
+            minikube,
+            "probeable: client certificate file <home>/.minikube/profiles/minikube/client.crt",
+        ),
+        // The operator's directories: by the name written and by real path, through links.
+        (
+            "tokenFile: <home>/roots/linked/token",
+            &["roots/linked"],
+            "probeable: bearer token file <home>/roots/linked/token",
+        ),
+        (
+            "tokenFile: <home>/roots/linked/token",
+            &["roots/real"],
+            "<home>/roots/linked/token of user \"u\" of context \"x\" lies outside the kubeconfig's directory <home>/.kube and VIGIL_KUBECONFIG_CREDENTIAL_DIRS, where vigil reads the files a kubeconfig names; add <home>/roots/linked to",
+        ),
+        (
+            "tokenFile: <home>/roots/real/token",
+            &["roots/linked"],
+            "probeable: bearer token file <home>/roots/real/token",
+        ),
+        (
+            "tokenFile: <home>/.minikube/escape",
+            minikube,
+            "the tokenFile file <home>/.minikube/escape (really <home>/secrets/token) of user \"u\" of context \"x\" lies outside the kubeconfig's directory <home>/.kube and VIGIL_KUBECONFIG_CREDENTIAL_DIRS, where",
+        ),
+        // Outside by name: refused before it is looked at, so whether it exists is not told.
+        (
+            "tokenFile: <home>/secrets/absent",
+            none,
+            "the tokenFile file <home>/secrets/absent of user \"u\" of context \"x\" lies outside",
+        ),
+        (
+            "tokenFile: absent",
+            none,
+            "the tokenFile file <home>/.kube/absent of user \"u\" of context \"x\" does not exist",
+        ),
+    ];
+    let shown = home.display().to_string();
+    fs::write(home.join(".kube/ca.crt"), "ca").expect("write");
+    for (user, named, expected) in cases {
+        let user = user.replace("<home>", &shown);
+        fs::write(
+            home.join(".kube/config"),
+            kubeconfig("certificate-authority: ca.crt", &user),
+        )
+        .expect("write kubeconfig");
+        let bounds = FileBounds {
+            named_files: named.iter().map(|dir| home.join(dir)).collect(),
+            ..FileBounds::default()
+        };
+        let resolution = resolve_bounded(
+            &Reference::File {
+                path: home.join(".kube/config").display().to_string(),
+                context: None,
+            },
+            &bounds,
+        );
+        let described = resolution.describe().replace(&shown, "<home>");
+        assert!(described.contains(expected), "{user}: {described}");
+        if !expected.starts_with("probeable") {
+            assert!(
+                described.starts_with(
+                    "not probeable (reference-broken): kubeconfig <home>/.kube/config: "
+                ),
+                "{described}"
+            );
+            assert!(!described.contains("one-line-secret"), "{described}");
+        }
+        if let Resolution::Connection(material) = &resolution {
+            let mut roots = vec![home.join(".kube")];
+            roots.extend(named.iter().map(|dir| home.join(dir)));
+            assert_eq!(material.file_roots, roots, "{user}");
+        }
+    }
+
+    // A kubeconfig reached through `LINK/..` names its files as kubectl resolves them, by
+    // name: its directory is the one they are resolved against.
+    link(".kube/to-secrets", "secrets");
+    fs::write(home.join("config"), kubeconfig("", "tokenFile: token")).expect("write");
+    let resolution = resolve(&Reference::File {
+        path: home
+            .join(".kube/to-secrets/../config")
+            .display()
+            .to_string(),
+        context: None,
+    });
+    assert!(
+        resolution
+            .describe()
+            .replace(&shown, "<home>")
+            .starts_with("probeable: bearer token file <home>/.kube/token"),
+        "{resolution}"
     );
 }
 

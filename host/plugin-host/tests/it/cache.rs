@@ -41,6 +41,7 @@ async fn load(plugins: &Path, cache: Option<&Path>) -> (PluginRuntime, CacheStat
         cache_dir: cache.map(Path::to_path_buf),
         concurrency: 2,
         credential_dirs: Vec::new(),
+        kubeconfig_credential_dirs: Vec::new(),
         secrets: None,
         registration_allow: Default::default(),
         exec: Default::default(),

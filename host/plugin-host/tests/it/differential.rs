@@ -490,6 +490,7 @@ async fn the_served_context_reads_as_the_served_kubeconfig_does() {
         cache_dir: None,
         concurrency: 4,
         credential_dirs: Vec::new(),
+        kubeconfig_credential_dirs: Vec::new(),
         secrets: None,
         registration_allow: Default::default(),
         exec: Default::default(),

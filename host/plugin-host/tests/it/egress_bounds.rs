@@ -125,6 +125,7 @@ async fn runtime(dir: &Path, server: &FloodServer) -> PluginRuntime {
         cache_dir: None,
         concurrency: 2,
         credential_dirs: vec![dir.join("credentials")],
+        kubeconfig_credential_dirs: Vec::new(),
         secrets: None,
         registration_allow: Default::default(),
         exec: Default::default(),

@@ -149,6 +149,7 @@ async fn load(
         cache_dir: None,
         concurrency: 4,
         credential_dirs,
+        kubeconfig_credential_dirs: Vec::new(),
         secrets,
         registration_allow: Default::default(),
         exec: Default::default(),

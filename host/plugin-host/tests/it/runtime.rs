@@ -60,6 +60,7 @@ async fn load_with(
         cache_dir: cache_dir.map(Path::to_path_buf),
         concurrency: 4,
         credential_dirs,
+        kubeconfig_credential_dirs: Vec::new(),
         secrets: None,
         registration_allow: Default::default(),
         exec: Default::default(),

@@ -224,6 +224,7 @@ async fn load_for(
         cache_dir: cache.map(Path::to_path_buf),
         concurrency: u32::try_from(concurrency.max(CONCURRENCY)).map_err(|e| e.to_string())?,
         credential_dirs: Vec::new(),
+        kubeconfig_credential_dirs: Vec::new(),
         secrets: None,
         registration_allow: Default::default(),
         exec: Default::default(),
