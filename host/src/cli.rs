@@ -15,7 +15,7 @@ use vigil_decision::{BrakeConfig, HealthPolicy};
 
 use vigil_domain::discovery::DiscoverySettings;
 use vigil_domain::secrets::ManagementCluster;
-use vigil_plugin_host::ProbationPolicy;
+use vigil_plugin_host::{ProbationPolicy, confine};
 use vigil_store::{redact_url, sqlite_path};
 
 /// vigil — a cluster health engine.
@@ -855,6 +855,53 @@ pub struct ExecArgs {
         value_parser = clap::value_parser!(u16).range(1..)
     )]
     pub max_concurrent: u16,
+
+    /// The directory commands run in, vigil's user's only (mode 0700): its `home` is their
+    /// HOME (a tool's own cache, `~/.aws`, `~/.kube/cache`…), its `tmp` their TMPDIR; never
+    /// vigil's own home, which holds its compiled-plugin cache [default:
+    /// $TMPDIR/vigil-exec-UID].
+    #[arg(
+        id = "exec_dir",
+        long = "exec-dir",
+        env = "VIGIL_EXEC_DIR",
+        value_name = "VIGIL_EXEC_DIR"
+    )]
+    pub dir: Option<PathBuf>,
+
+    /// Whether commands run under Landlock where the kernel offers it: they may read the
+    /// system's programs and libraries, the system files of /etc that TLS and name
+    /// resolution need, their own program and VIGIL_EXEC_READ, and write only their own
+    /// directory (VIGIL_EXEC_DIR). `off` lets a command read and write whatever vigil's user
+    /// may.
+    #[arg(
+        id = "exec_landlock",
+        long = "exec-landlock",
+        env = "VIGIL_EXEC_LANDLOCK",
+        value_name = "VIGIL_EXEC_LANDLOCK",
+        default_value = "on"
+    )]
+    pub landlock: Switch,
+
+    /// More files and directories commands may read under Landlock, `:`-separated (an
+    /// identity's token file: AWS_WEB_IDENTITY_TOKEN_FILE, AZURE_FEDERATED_TOKEN_FILE…).
+    /// None may hold one of vigil's own files.
+    #[arg(
+        id = "exec_read",
+        long = "exec-read",
+        env = "VIGIL_EXEC_READ",
+        value_name = "VIGIL_EXEC_READ",
+        value_delimiter = ':'
+    )]
+    pub read: Vec<PathBuf>,
+}
+
+/// A setting that is on or off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Switch {
+    /// On.
+    On,
+    /// Off.
+    Off,
 }
 
 /// The largest allow-list file vigil reads, in bytes.
@@ -901,10 +948,35 @@ impl ExecArgs {
             },
             reason: error.reason,
         })?;
+        let read: Vec<PathBuf> = self
+            .read
+            .iter()
+            .filter(|path| !path.as_os_str().is_empty())
+            .cloned()
+            .collect();
+        if let Some(relative) = read.iter().find(|path| path.is_relative()) {
+            return Err(SettingError {
+                variable: "VIGIL_EXEC_READ",
+                value: relative.display().to_string(),
+                reason: "must be an absolute path".to_owned(),
+            });
+        }
+        let dir = self
+            .dir
+            .clone()
+            .filter(|dir| !dir.as_os_str().is_empty())
+            .map_or_else(confine::default_dir, vigil_domain::discovery::absolute);
         Ok(vigil_plugin_host::ExecSettings {
             policy,
             timeout: self.timeout,
             max_concurrent: usize::from(self.max_concurrent),
+            confinement: confine::Confinement {
+                // This very binary, even once a newer one replaces it on disk.
+                launcher: Some(PathBuf::from("/proc/self/exe")),
+                landlock: self.landlock == Switch::On,
+                dir,
+                read,
+            },
         })
     }
 }
@@ -1141,7 +1213,7 @@ impl ServeArgs {
             }
             None => None,
         };
-        Ok(EngineConfig {
+        let config = EngineConfig {
             defaults,
             brake: BrakeConfig {
                 enabled: self.brake == BrakeSwitch::On,
@@ -1171,8 +1243,112 @@ impl ServeArgs {
                 },
             },
             notify,
-        })
+        };
+        refuse_exposed_files(&config)?;
+        Ok(config)
     }
+}
+
+/// Where Kubernetes mounts a pod's service-account token (in-cluster access to the
+/// management cluster).
+const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+/// Refuses to start when exec commands may run under Landlock and one of vigil's own files
+/// (its database, compiled-plugin cache, plugin directory, tokens, notification secrets,
+/// kubeconfigs and credential directories, the service-account token) lies inside a tree a
+/// command may use, or holds one: Landlock only grants, it cannot keep a command out of a
+/// part of a tree it may read.
+fn refuse_exposed_files(config: &EngineConfig) -> Result<(), SettingError> {
+    let exec = &config.plugins.exec;
+    let entries = exec.policy.allow.entries();
+    if entries.is_empty() {
+        return Ok(());
+    }
+    let programs: Vec<PathBuf> = entries.iter().map(|entry| entry.program.clone()).collect();
+    let Some(trees) = exec.confinement.trees(&programs) else {
+        return Ok(());
+    };
+    let mut own: Vec<(&'static str, PathBuf)> = Vec::new();
+    if let Some(database) = &config.database_path {
+        own.push(("DATABASE_URL", database.clone()));
+    }
+    if let Some(cache) = &config.plugins.cache_dir {
+        own.push(("VIGIL_CACHE_DIR", cache.clone()));
+    }
+    own.push(("VIGIL_PLUGIN_DIR", config.plugins.plugin_dir.clone()));
+    if let Some(file) = &config.api.tokens_file {
+        own.push(("VIGIL_API_TOKENS_FILE", file.clone()));
+    }
+    if let Some(notify) = &config.notify {
+        own.extend(
+            notify
+                .path
+                .iter()
+                .cloned()
+                .map(|path| ("VIGIL_NOTIFY_CONFIG", path)),
+        );
+        own.extend(
+            notify
+                .secret_files
+                .iter()
+                .cloned()
+                .map(|path| ("VIGIL_NOTIFY_CONFIG", path)),
+        );
+    }
+    let sources = vigil_domain::discovery::Sources::from_settings(&config.discovery);
+    own.extend(
+        sources
+            .files()
+            .iter()
+            .map(|file| ("KUBECONFIG_PATH", file.path.clone())),
+    );
+    own.extend(sources.dir().map(|dir| ("KUBECONFIG_DIR", dir.to_owned())));
+    own.extend(
+        config
+            .discovery
+            .kubeconfig_credential_dirs
+            .iter()
+            .cloned()
+            .map(|dir| ("VIGIL_KUBECONFIG_CREDENTIAL_DIRS", dir)),
+    );
+    own.extend(
+        config
+            .plugins
+            .credential_dirs
+            .iter()
+            .cloned()
+            .map(|dir| ("VIGIL_CREDENTIAL_DIRS", dir)),
+    );
+    match &config.plugins.management {
+        ManagementCluster::Kubeconfig(path) => {
+            own.push(("VIGIL_MANAGEMENT_KUBECONFIG", path.clone()));
+        }
+        ManagementCluster::InCluster => {
+            own.push((
+                "KUBERNETES_SERVICE_HOST",
+                PathBuf::from(SERVICE_ACCOUNT_DIR),
+            ));
+        }
+        ManagementCluster::None => {}
+    }
+    for (variable, path) in own {
+        if let Some(tree) = confine::Confinement::exposes(&trees, &path) {
+            let may = if tree.writable {
+                "read and write"
+            } else {
+                "read"
+            };
+            return Err(SettingError {
+                variable,
+                value: path.display().to_string(),
+                reason: format!(
+                    "exec commands may {may} {} (VIGIL_EXEC_ALLOW_FILE allows commands, and they run under Landlock), which holds this or lies inside it; keep vigil's files out of the trees its commands use (move it, VIGIL_EXEC_DIR or VIGIL_EXEC_READ)",
+                    tree.path.display()
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// A replica's default id: the host name (a pod's name in Kubernetes) and the process id.
@@ -1223,13 +1399,27 @@ pub struct ApiArgs {
     pub read_auth: bool,
 
     /// Where clients reach vigil when it is behind a proxy (an absolute http(s) URL): its
-    /// origin may send changes, and without a token its host is answered besides loopback names.
+    /// origin may send changes, and without a token its host is answered besides IP
+    /// addresses and loopback names.
     #[arg(
         long = "public-url",
         env = "VIGIL_PUBLIC_URL",
         value_name = "VIGIL_PUBLIC_URL"
     )]
     pub public_url: Option<String>,
+
+    /// More host names a request without a token may name in its Host header,
+    /// comma-separated (a Service's DNS name other pods use, say). Without a token vigil
+    /// answers only requests to an IP address, a loopback name, VIGIL_PUBLIC_URL's host or
+    /// these: a page of another site that rebinds its own name to vigil's address is
+    /// refused.
+    #[arg(
+        long = "api-allowed-hosts",
+        env = "VIGIL_API_ALLOWED_HOSTS",
+        value_name = "VIGIL_API_ALLOWED_HOSTS",
+        value_delimiter = ','
+    )]
+    pub allowed_hosts: Vec<String>,
 
     /// Listen on a non-loopback address without any token (anyone who can reach it may
     /// change clusters and apps; requests must still name a loopback host or
@@ -1259,6 +1449,23 @@ pub struct ApiArgs {
           default_value_t = vigil_api::server::DEFAULT_HEADER_READ_TIMEOUT_SECS,
           value_parser = clap::value_parser!(u32).range(1..=3600))]
     pub header_read_timeout: u32,
+
+    /// Seconds an answer may wait for its client to read it; a connection whose writes
+    /// make no progress for that long is closed (an event stream too).
+    #[arg(long = "api-write-timeout", env = "VIGIL_API_WRITE_TIMEOUT",
+          value_name = "VIGIL_API_WRITE_TIMEOUT",
+          default_value_t = vigil_api::server::DEFAULT_WRITE_TIMEOUT_SECS,
+          value_parser = clap::value_parser!(u32).range(1..=3600))]
+    pub write_timeout: u32,
+
+    /// Open connections from one peer address at most (0: no cap). Behind a proxy or an
+    /// Ingress every client is that one peer: raise it there, or set 0. Beyond either cap a
+    /// few connections stay reserved for /healthz and /readyz.
+    #[arg(long = "api-max-connections-per-peer", env = "VIGIL_API_MAX_CONNECTIONS_PER_PEER",
+          value_name = "VIGIL_API_MAX_CONNECTIONS_PER_PEER",
+          default_value_t = vigil_api::server::DEFAULT_MAX_CONNECTIONS_PER_PEER,
+          value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
+    pub max_connections_per_peer: u32,
 }
 
 /// `url` with any user information (`user:password@`) shown as `***@`.
@@ -1349,10 +1556,13 @@ impl ApiArgs {
             tokens_file: self.tokens_file.clone(),
             read_auth: self.read_auth,
             public_url,
+            allowed_hosts: self.allowed_hosts.clone(),
             limits: vigil_api::server::ServerLimits {
                 max_connections,
                 max_event_streams,
                 header_read_timeout: Duration::from_secs(u64::from(self.header_read_timeout)),
+                write_timeout: Duration::from_secs(u64::from(self.write_timeout)),
+                max_connections_per_peer: self.max_connections_per_peer,
             },
             max_connections_set: self.max_connections.is_some(),
         })

@@ -128,8 +128,11 @@ pub struct ApiConfig {
     pub read_auth: bool,
     /// `VIGIL_PUBLIC_URL`.
     pub public_url: Option<vigil_api::PublicUrl>,
+    /// `VIGIL_API_ALLOWED_HOSTS`.
+    pub allowed_hosts: Vec<String>,
     /// The server's bounds (`VIGIL_API_MAX_CONNECTIONS`, `VIGIL_API_MAX_EVENT_STREAMS`,
-    /// `VIGIL_API_HEADER_READ_TIMEOUT`).
+    /// `VIGIL_API_HEADER_READ_TIMEOUT`, `VIGIL_API_WRITE_TIMEOUT`,
+    /// `VIGIL_API_MAX_CONNECTIONS_PER_PEER`).
     pub limits: vigil_api::server::ServerLimits,
     /// Whether the operator set `VIGIL_API_MAX_CONNECTIONS` (a cap set that does not fit
     /// the open-files limit stops start-up; the default is lowered instead).

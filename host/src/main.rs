@@ -93,6 +93,18 @@ impl From<ServeError> for Exit {
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    // The exec launcher (`vigil exec-sandbox`, started by vigil for a kubeconfig's exec
+    // command): before anything else, with no thread and no runtime.
+    let mut args = std::env::args_os().skip(1);
+    if args
+        .next()
+        .is_some_and(|first| first == vigil_plugin_host::confine::LAUNCHER_COMMAND)
+    {
+        return vigil_plugin_host::confine::launcher_main(&args.collect::<Vec<_>>());
+    }
+    // No other process of vigil's user may read this one's memory, environment or open
+    // files under /proc, nor attach a debugger to it (an exec command runs as that user).
+    let _ = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable);
     let cli = Cli::parse();
     let command = match cli.command {
         Some(command) if !cli.version => command,

@@ -43,11 +43,14 @@ pub fn raise_to_hard_limit() -> std::io::Result<u64> {
     rlimit::increase_nofile_limit(u64::MAX)
 }
 
-/// The descriptors the engine keeps for itself with `concurrency` probes at once.
+/// The descriptors the engine keeps for itself with `concurrency` probes at once, with the
+/// API's connections reserved for the health paths.
 pub fn reserved(concurrency: usize) -> u64 {
     let per_probe = u64::try_from(MAX_WASI_HTTP_IN_FLIGHT).unwrap_or(u64::MAX) + 1;
     let concurrency = u64::try_from(concurrency).unwrap_or(u64::MAX);
-    ENGINE_RESERVED_FILES.saturating_add(concurrency.saturating_mul(per_probe))
+    ENGINE_RESERVED_FILES
+        .saturating_add(u64::from(vigil_api::server::HEALTH_RESERVE))
+        .saturating_add(concurrency.saturating_mul(per_probe))
 }
 
 /// The server limits fitted to the open-files `limit`: unchanged when they fit; with the

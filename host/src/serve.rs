@@ -302,6 +302,7 @@ pub async fn load_plugins(
              (create it and send SIGHUP to add or override plugins)"
         );
     }
+    announce_exec_confinement(&plugins.exec);
     let settings = RuntimeSettings {
         embedded: if plugins.embedded {
             crate::build_info::embedded_plugins()
@@ -337,6 +338,30 @@ pub async fn load_plugins(
         );
     }
     Ok(EngineProber::Plugins(runtime))
+}
+
+/// Says once how exec commands will be confined, when any may run: a warning when
+/// Landlock is asked for and the kernel does not offer it (the README says what holds then).
+fn announce_exec_confinement(exec: &vigil_plugin_host::ExecSettings) {
+    if exec.policy.allow.is_empty() {
+        return;
+    }
+    let confinement = &exec.confinement;
+    let dir = confinement.dir.display();
+    if !confinement.landlock {
+        warn!(
+            exec_dir = %dir,
+            "exec commands run without Landlock (VIGIL_EXEC_LANDLOCK=off): an allowed command may read and write every file vigil's user may"
+        );
+        return;
+    }
+    match vigil_plugin_host::confine::landlock_abi() {
+        Some(abi) => info!(exec_dir = %dir, landlock_abi = abi, "exec commands run under Landlock"),
+        None => warn!(
+            exec_dir = %dir,
+            "this kernel offers no Landlock: exec commands run without it, and an allowed command may read and write every file vigil's user may (set VIGIL_EXEC_LANDLOCK=off to say this is intended)"
+        ),
+    }
 }
 
 /// Where credential files may lie: the kubeconfig files and directory that
@@ -639,7 +664,8 @@ async fn run<P: Prober>(
         config.api.tokens_file.as_deref(),
         config.api.read_auth,
     )?
-    .with_public_url(config.api.public_url.clone());
+    .with_public_url(config.api.public_url.clone())
+    .with_allowed_hosts(&config.api.allowed_hosts);
     if !access.has_tokens()
         && !config.api.listen.ip().is_loopback()
         && config.api.public_url.is_none()

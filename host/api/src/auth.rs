@@ -11,10 +11,12 @@
 //! that it later points at 127.0.0.1 (DNS rebinding), or cross-site form posts. So a
 //! request without a valid token is judged by its headers too:
 //!
-//! - *Host*: with no token configured, vigil answers only requests addressed to a
-//!   loopback name or address (`localhost`, `*.localhost`, `127.0.0.0/8`, `[::1]`, any
-//!   port) or to `VIGIL_PUBLIC_URL`'s host; others get `421` (`host-not-allowed`).
-//!   `GET`/`HEAD` of `/healthz` and `/readyz` are not judged (they tell nothing), and a
+//! - *Host*: whether or not tokens are configured, vigil answers only requests addressed
+//!   to an IP address (a rebinding page sends its own name, never an address; Prometheus
+//!   and the kubelet use the pod's address), a loopback name (`localhost`,
+//!   `*.localhost`), `VIGIL_PUBLIC_URL`'s host or a name of `VIGIL_API_ALLOWED_HOSTS`;
+//!   others get `421` (`host-not-allowed`). `GET`/`HEAD` of `/healthz` and `/readyz` are
+//!   not judged (anonymously they tell only whether vigil is ready, and why not), and a
 //!   request without any `Host` (no browser sends one) is treated as local.
 //! - *Origin*: a change (any method but `GET`, `HEAD`, `OPTIONS`) whose `Origin` is
 //!   present and is not vigil's own — `http://` and the request's `Host`, or
@@ -60,6 +62,9 @@ pub struct Access {
     read_auth: bool,
     /// Where clients reach vigil when it is behind a proxy (`VIGIL_PUBLIC_URL`).
     public_url: Option<PublicUrl>,
+    /// More host names requests without a token may name (`VIGIL_API_ALLOWED_HOSTS`), in
+    /// lower case.
+    allowed_hosts: Arc<[String]>,
 }
 
 impl std::fmt::Debug for Access {
@@ -68,6 +73,7 @@ impl std::fmt::Debug for Access {
             .field("tokens", &self.read_tokens().values().collect::<Vec<_>>())
             .field("read_auth", &self.read_auth)
             .field("public_url", &self.public_url)
+            .field("allowed_hosts", &self.allowed_hosts)
             .finish()
     }
 }
@@ -120,6 +126,7 @@ impl Access {
             tokens: Arc::new(RwLock::new(read_tokens(token, file)?)),
             read_auth,
             public_url: None,
+            allowed_hosts: Arc::default(),
         })
     }
 
@@ -142,6 +149,24 @@ impl Access {
     pub fn with_public_url(mut self, public_url: Option<PublicUrl>) -> Self {
         self.public_url = public_url;
         self
+    }
+
+    /// The same access, with more host names requests without a token may name.
+    #[must_use]
+    pub fn with_allowed_hosts(mut self, hosts: &[String]) -> Self {
+        self.allowed_hosts = hosts
+            .iter()
+            .map(|host| host.trim().trim_end_matches('.').to_ascii_lowercase())
+            .filter(|host| !host.is_empty())
+            .collect();
+        self
+    }
+
+    /// Whether a request identified as `caller` sees the details of `/readyz` (sinks,
+    /// replica, claims): with a valid token, or when vigil has no token at all (it then
+    /// listens on loopback only and every read is open).
+    pub fn sees_details(&self, caller: Option<&Caller>) -> bool {
+        caller.is_some_and(|caller| caller.0.is_some()) || !self.has_tokens()
     }
 
     /// Whether any token is configured.
@@ -267,14 +292,11 @@ impl Access {
         };
         let probe_path = matches!(*request.method(), Method::GET | Method::HEAD)
             && matches!(request.uri().path(), "/healthz" | "/readyz");
-        if !self.has_tokens()
-            && !probe_path
+        // Whether or not tokens exist: a page of another site that rebinds its own name to
+        // vigil's address sends that name, never an address.
+        if !probe_path
             && let Some(host) = &host
-            && !host.is_loopback()
-            && self
-                .public_url
-                .as_ref()
-                .is_none_or(|url| url.host != host.host)
+            && !self.host_allowed(host)
         {
             return Err(self.host_refused());
         }
@@ -304,19 +326,27 @@ impl Access {
         Ok(())
     }
 
+    /// Whether a request without a token may name `host`: an IP address (what clients
+    /// that scrape or probe by address send: Prometheus, the kubelet), a loopback name,
+    /// `VIGIL_PUBLIC_URL`'s host, or one of `VIGIL_API_ALLOWED_HOSTS`.
+    fn host_allowed(&self, host: &Authority) -> bool {
+        host.is_ip_literal()
+            || host.is_loopback()
+            || self
+                .public_url
+                .as_ref()
+                .is_some_and(|url| url.host == host.host)
+            || self.allowed_hosts.contains(&host.host)
+    }
+
     fn host_refused(&self) -> Problem {
-        let public = if self.public_url.is_some() {
-            ", or to VIGIL_PUBLIC_URL's host"
-        } else {
-            " (set VIGIL_PUBLIC_URL to name another host)"
-        };
         Problem::new(
             ProblemKind::HostNotAllowed,
-            format!(
-                "without a token configured, vigil answers only requests whose Host header \
-                 names a loopback name or address (localhost, *.localhost, 127.0.0.0/8, \
-                 [::1]){public}"
-            ),
+            "a request without a token must name in its Host header an IP address, a \
+             loopback name (localhost, *.localhost), VIGIL_PUBLIC_URL's host or one of \
+             VIGIL_API_ALLOWED_HOSTS (a page of another site reaching vigil through its own \
+             name is refused); send `Authorization: Bearer TOKEN`, or add the name to \
+             VIGIL_API_ALLOWED_HOSTS",
         )
         .field("header.host")
     }
@@ -364,6 +394,16 @@ impl Authority {
             }
         };
         Some(Self { host, port })
+    }
+
+    /// An IPv4 address, or an IPv6 address in brackets.
+    fn is_ip_literal(&self) -> bool {
+        self.host.parse::<Ipv4Addr>().is_ok()
+            || self
+                .host
+                .strip_prefix('[')
+                .and_then(|h| h.strip_suffix(']'))
+                .is_some_and(|v6| v6.parse::<Ipv6Addr>().is_ok())
     }
 
     /// `localhost`, `*.localhost`, an address of 127.0.0.0/8 (also in its IPv4-mapped

@@ -239,11 +239,11 @@ impl Readiness {
         }
         Ready {
             ready: reasons.is_empty(),
-            database,
-            store_writes: write_failure.is_none(),
-            discovered,
-            caught_up,
-            brake_holding: brake.is_ok_and(|b| b.verdict.holds()),
+            database: Some(database),
+            store_writes: Some(write_failure.is_none()),
+            discovered: Some(discovered),
+            caught_up: Some(caught_up),
+            brake_holding: Some(brake.is_ok_and(|b| b.verdict.holds())),
             replica: self.replica.clone(),
             claims,
             cut_off,
@@ -478,22 +478,28 @@ async fn healthz() -> Json<Health> {
     Json(Health { status: "ok" })
 }
 
-/// vigil's readiness.
-#[derive(Debug, Serialize, ToSchema)]
+/// vigil's readiness. Without a token (when tokens are configured) only `ready` and
+/// `reasons`.
+#[derive(Debug, Default, Serialize, ToSchema)]
 struct Ready {
     /// Whether vigil is ready.
     ready: bool,
     /// The database answers.
-    database: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    database: Option<bool>,
     /// The database takes the probes' results: false from a failed write (a full disk, a
     /// database that refuses writes) until one succeeds again.
-    store_writes: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    store_writes: Option<bool>,
     /// The first discovery finished.
-    discovered: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    discovered: Option<bool>,
     /// The clusters overdue at start-up have been probed.
-    caught_up: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    caught_up: Option<bool>,
     /// Whether the mass-failure brake holds.
-    brake_holding: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    brake_holding: Option<bool>,
     /// This replica's id, when replicas share the fleet on PostgreSQL.
     #[serde(skip_serializing_if = "Option::is_none")]
     replica: Option<String>,
@@ -515,20 +521,37 @@ struct Ready {
 
 /// Ready when the database answers and takes the probes' results, discovery has run, and
 /// the clusters overdue at start-up have been probed; otherwise `reasons` says why.
-/// Reports the brake.
+/// Reports the brake, the sinks and the replica to a request with a token (or to every
+/// request when no token is configured); without one, only `ready` and `reasons`.
 #[utoipa::path(get, path = "/readyz", tag = "health",
     responses(
         (status = 200, description = "Ready", body = Ready),
         (status = 503, description = "Not ready, and why", body = Ready),
     ))]
-async fn readyz(State(state): State<ApiState>) -> Response {
+async fn readyz(
+    State(state): State<ApiState>,
+    caller: Option<axum::Extension<Caller>>,
+) -> Response {
     let ready = state.readiness.assess(&state.store).await;
     let status = if ready.ready {
         axum::http::StatusCode::OK
     } else {
         axum::http::StatusCode::SERVICE_UNAVAILABLE
     };
-    (status, Json(ready)).into_response()
+    if state
+        .access
+        .sees_details(caller.as_ref().map(|caller| &caller.0))
+    {
+        return (status, Json(ready)).into_response();
+    }
+    // Without a token (when tokens exist): whether vigil is ready and why not, nothing of
+    // its sinks, replica or claims.
+    let brief = Ready {
+        ready: ready.ready,
+        reasons: ready.reasons,
+        ..Ready::default()
+    };
+    (status, Json(brief)).into_response()
 }
 
 /// This document: the OpenAPI description of every route, generated from the code.

@@ -48,9 +48,6 @@ pub const MAX_OUTPUT_BYTES: usize = 1 << 20;
 /// The `PATH` a command runs with: the system's binaries, nothing of vigil's own.
 pub const CHILD_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
-/// The `HOME` a command runs with when vigil itself has none.
-const FALLBACK_HOME: &str = "/";
-
 /// The environment variable of the request, as kubectl sets it.
 pub const EXEC_INFO_VARIABLE: &str = "KUBERNETES_EXEC_INFO";
 
@@ -280,11 +277,22 @@ impl ExecPolicy {
             _ => {}
         }
         self.check_env(spec)?;
-        if spec.kubeconfig_dir.is_none() && !self.from_secrets {
-            return Err(
-                "it is read from a Kubernetes Secret, and exec commands of kubeconfigs in Secrets run only with VIGIL_EXEC_FROM_SECRETS=true (whoever writes the Secret chooses the command's arguments)"
-                    .to_owned(),
-            );
+        if !self.from_secrets {
+            match spec.kubeconfig_dir.as_deref() {
+                None => {
+                    return Err(
+                        "it is read from a Kubernetes Secret, and exec commands of kubeconfigs in Secrets run only with VIGIL_EXEC_FROM_SECRETS=true (whoever writes the Secret chooses the command's arguments)"
+                            .to_owned(),
+                    );
+                }
+                Some(dir) if is_mounted_volume(dir) => {
+                    return Err(format!(
+                        "it is read from {}, a volume Kubernetes mounted from a Secret or ConfigMap (it holds ..data), and exec commands of kubeconfigs in Secrets run only with VIGIL_EXEC_FROM_SECRETS=true (whoever writes the Secret chooses the command's arguments)",
+                        dir.display()
+                    ));
+                }
+                Some(_) => {}
+            }
         }
         let found = self.find(spec, path_var)?;
         let program = std::fs::canonicalize(&found).map_err(|error| {
@@ -377,7 +385,7 @@ impl ExecPolicy {
             }
             if refused_variable(name) {
                 return Err(format!(
-                    "its exec env sets {name}, which vigil refuses (PATH and HOME are vigil's, loader variables could run any code)"
+                    "its exec env sets {name}, which vigil refuses (PATH, HOME and TMPDIR are vigil's, loader variables could run any code)"
                 ));
             }
             if self.pass_env.contains(name) {
@@ -433,7 +441,8 @@ impl ExecPolicy {
             })
     }
 
-    /// The command's environment: [`CHILD_PATH`], `HOME` (vigil's own), the variables of
+    /// The command's environment: [`CHILD_PATH`], `HOME` and `TMPDIR` (the commands' own
+    /// directories, `own`: never vigil's home, which holds its cache), the variables of
     /// [`ExecPolicy::pass_env`] that vigil's environment (`lookup`) has, the kubeconfig's
     /// `env` entries whose names [`ExecPolicy::kubeconfig_env`] lists, and
     /// `KUBERNETES_EXEC_INFO`. Nothing else of vigil's environment.
@@ -441,14 +450,13 @@ impl ExecPolicy {
         &self,
         spec: &ExecSpec,
         exec_info: &str,
+        own: OwnDirs<'_>,
         lookup: impl Fn(&str) -> Option<OsString>,
     ) -> Vec<(OsString, OsString)> {
         let mut env: Vec<(OsString, OsString)> = vec![
             ("PATH".into(), CHILD_PATH.into()),
-            (
-                "HOME".into(),
-                lookup("HOME").unwrap_or_else(|| FALLBACK_HOME.into()),
-            ),
+            ("HOME".into(), own.home.into()),
+            ("TMPDIR".into(), own.temp.into()),
         ];
         for name in &self.pass_env {
             if let Some(value) = lookup(name) {
@@ -469,6 +477,15 @@ impl ExecPolicy {
         env.push((EXEC_INFO_VARIABLE.into(), exec_info.into()));
         env
     }
+}
+
+/// The directories a command has of its own: its `HOME` and its `TMPDIR`.
+#[derive(Debug, Clone, Copy)]
+pub struct OwnDirs<'a> {
+    /// Its `HOME`.
+    pub home: &'a Path,
+    /// Its `TMPDIR`.
+    pub temp: &'a Path,
 }
 
 /// Whether a context can be probed, and the line that says why.
@@ -729,7 +746,7 @@ fn checked_names(variable: &'static str, names: Vec<String>) -> Result<Vec<Strin
             Some("is one of vigil's own settings, which never reach a credential command")
         } else if refused_variable(name) {
             Some(
-                "is set by vigil itself (PATH, HOME, KUBERNETES_EXEC_INFO) or steers the program loader",
+                "is set by vigil itself (PATH, HOME, TMPDIR, KUBERNETES_EXEC_INFO) or steers the program loader",
             )
         } else {
             None
@@ -744,14 +761,23 @@ fn checked_names(variable: &'static str, names: Vec<String>) -> Result<Vec<Strin
     Ok(names)
 }
 
-/// Variables a kubeconfig's `env` may not set: vigil's `PATH` and `HOME`, and the dynamic
-/// loader's (`LD_PRELOAD` runs any library inside an allowed command).
+/// Variables a kubeconfig's `env` may not set: those vigil sets (`PATH`, `HOME`, `TMPDIR`),
+/// and the dynamic loader's (`LD_PRELOAD` runs any library inside an allowed command).
 fn refused_variable(name: &str) -> bool {
     name == "PATH"
         || name == "HOME"
+        || name == "TMPDIR"
         || name.starts_with("LD_")
         || name.starts_with("DYLD_")
         || name == EXEC_INFO_VARIABLE
+}
+
+/// Whether `dir` is a volume the kubelet mounted from a Secret, ConfigMap or projection: its
+/// files are links through a `..data` link (the kubelet's atomic writer), so whoever may
+/// write that object writes the kubeconfigs.
+#[must_use]
+pub fn is_mounted_volume(dir: &Path) -> bool {
+    std::fs::symlink_metadata(dir.join("..data")).is_ok_and(|meta| meta.file_type().is_symlink())
 }
 
 fn is_variable_name(name: &str) -> bool {
@@ -1001,6 +1027,28 @@ mod tests {
             refused(&|s| s.env.push(("PATH".to_owned(), "/x".to_owned()))).contains("sets PATH")
         );
         assert!(refused(&|s| s.kubeconfig_dir = None).contains("VIGIL_EXEC_FROM_SECRETS"));
+        assert!(
+            refused(&|s| s.env.push(("TMPDIR".to_owned(), "/x".to_owned()))).contains("TMPDIR")
+        );
+        // A directory the kubelet mounted from a Secret (its files are links through
+        // `..data`) is a Secret: whoever writes the Secret writes the kubeconfig.
+        let volume = tempfile::tempdir().unwrap();
+        std::fs::create_dir(volume.path().join("..2026_12_07_00_00_00.1")).unwrap();
+        std::os::unix::fs::symlink("..2026_12_07_00_00_00.1", volume.path().join("..data"))
+            .unwrap();
+        let mounted = refused(&|s| s.kubeconfig_dir = Some(volume.path().to_owned()));
+        assert!(
+            mounted.contains("..data") && mounted.contains("VIGIL_EXEC_FROM_SECRETS"),
+            "{mounted}"
+        );
+        let program = std::fs::canonicalize("/bin/true").unwrap();
+        let program = program.to_str().unwrap();
+        let mut from_secrets = self::policy(&format!("{program} token"), &[]);
+        from_secrets.from_secrets = true;
+        let mut in_volume = spec(program);
+        in_volume.kubeconfig_dir = Some(volume.path().to_owned());
+        let admitted = from_secrets.admit(&in_volume, None);
+        assert!(admitted.is_ok(), "{admitted:?}");
         // v1beta1 may leave interactiveMode out.
         let mut beta = spec("/bin/true");
         beta.api_version = Some(API_V1BETA1.to_owned());
@@ -1139,7 +1187,11 @@ mod tests {
         spec.env.push(("BASH_ENV".to_owned(), "x".to_owned()));
         spec.env
             .push(("AWS_ROLE_ARN".to_owned(), "other".to_owned()));
-        let env = policy.environment(&spec, "{}", |name| match name {
+        let own = OwnDirs {
+            home: Path::new("/run/vigil-exec/home"),
+            temp: Path::new("/run/vigil-exec/tmp"),
+        };
+        let env = policy.environment(&spec, "{}", own, |name| match name {
             "HOME" => Some("/home/vigil".into()),
             "AWS_ROLE_ARN" => Some("arn".into()),
             "SECRET" => Some("no".into()),
@@ -1151,14 +1203,17 @@ mod tests {
             [
                 "PATH",
                 "HOME",
+                "TMPDIR",
                 "AWS_ROLE_ARN",
                 "AWS_PROFILE",
                 EXEC_INFO_VARIABLE
             ]
         );
         assert_eq!(env[0].1, CHILD_PATH);
-        assert_eq!(env[1].1, "/home/vigil");
-        assert_eq!(env[2].1, "arn");
+        // The commands' own home, never vigil's.
+        assert_eq!(env[1].1, "/run/vigil-exec/home");
+        assert_eq!(env[2].1, "/run/vigil-exec/tmp");
+        assert_eq!(env[3].1, "arn");
     }
 
     #[test]

@@ -77,6 +77,9 @@ pub struct NotifyConfig {
     pub failing_after: u32,
     /// The longest wait between two attempts.
     pub max_backoff: Duration,
+    /// The webhook secret files read (vigil keeps them out of reach of the commands it
+    /// runs).
+    pub secret_files: Vec<PathBuf>,
 }
 
 /// One sink: where notifications go and which.
@@ -337,8 +340,10 @@ impl NotifyConfig {
             ));
         }
         let mut sinks = Vec::new();
+        let mut secret_files = Vec::new();
         for (index, entry) in file.webhook.into_iter().enumerate() {
             let (name, url, secret_file) = (entry.name, entry.url, entry.secret_file);
+            secret_files.push(secret_file.clone());
             let common = common_of!(entry);
             check_url(&url).map_err(|m| at_sink("webhook", index, "url", m))?;
             let filter =
@@ -426,6 +431,7 @@ impl NotifyConfig {
             sinks,
             failing_after: file.delivery.failing_after,
             max_backoff: file.delivery.max_backoff,
+            secret_files,
         })
     }
 }

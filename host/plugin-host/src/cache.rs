@@ -7,9 +7,15 @@
 //! allowed ([`deserialize_verified`]), and reaches it only with bytes the host wrote
 //! itself: read from a directory owned by this process's user and writable by no one
 //! else, from a regular file owned by that user, and carrying a digest over the key and
-//! the artifact that the host computed when it wrote the file. Anything else — a
+//! the artifact that the host computed when it wrote the file — an HMAC keyed by a secret
+//! of the cache ([`SECRET_FILE`], readable by this user only), so that a process that can
+//! write the directory but not read that secret cannot forge one. Anything else — a
 //! missing, unreadable, truncated or altered file, a foreign directory — is never
 //! deserialized: the plugin is compiled again (and a bad file deleted and rewritten).
+//!
+//! The processes vigil starts (exec credential commands) cannot write the directory nor
+//! read the secret: Landlock keeps them out (`exec::confine`). Another process of vigil's
+//! own user, unconfined, can do both: against it the cache is as trusted as vigil's binary.
 
 use std::fs::{DirBuilder, File, OpenOptions};
 use std::hash::{Hash, Hasher};
@@ -38,10 +44,28 @@ const DIGEST_BYTES: usize = 32;
 /// The largest artifact file read back; a larger one is treated as damaged.
 const MAX_ARTIFACT_BYTES: u64 = 512 * 1024 * 1024;
 
+/// The cache's secret, in the artifact directory: 32 random bytes that key every digest.
+const SECRET_FILE: &str = ".key";
+
+/// The length of the secret.
+const SECRET_BYTES: usize = 32;
+
 /// A cache of compiled components.
 #[derive(Debug, Clone)]
 pub(crate) struct CodeCache {
     dir: PathBuf,
+    /// The secret, read (or created) once.
+    secret: std::sync::Arc<std::sync::OnceLock<Result<Secret, String>>>,
+}
+
+/// The cache's secret.
+#[derive(Clone)]
+struct Secret([u8; SECRET_BYTES]);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(..)")
+    }
 }
 
 /// What the compiled-code cache did for one plugin file.
@@ -149,7 +173,17 @@ impl CodeCache {
     pub(crate) fn new(dir: &Path) -> Self {
         Self {
             dir: dir.join(ARTIFACT_DIR),
+            secret: std::sync::Arc::default(),
         }
+    }
+
+    /// The cache's secret: read from [`SECRET_FILE`] (a regular file of this user's that no
+    /// one else can read or write), or created there when missing. The directory exists
+    /// and was checked.
+    fn secret(&self) -> Result<Secret, String> {
+        self.secret
+            .get_or_init(|| read_or_create_secret(&self.dir.join(SECRET_FILE)))
+            .clone()
     }
 
     /// The key of a plugin file's bytes for this engine, as lowercase hex.
@@ -182,8 +216,15 @@ impl CodeCache {
                 }
             }
         }
+        let secret = match self.secret() {
+            Ok(secret) => secret,
+            Err(why) => {
+                warn!(dir = %self.dir.display(), "compiled-code cache not used: its key {why}");
+                return Lookup::Untrusted;
+            }
+        };
         let path = self.path(key);
-        let verified = match Self::read_verified(&path, key) {
+        let verified = match Self::read_verified(&path, key, &secret) {
             Ok(Some(verified)) => verified,
             Ok(None) => return Lookup::Absent,
             Err(why) => {
@@ -207,7 +248,11 @@ impl CodeCache {
     /// `key`: a regular file owned by this user and writable by no one else, holding the
     /// magic, then the digest of `key` and the artifact, then the artifact. `Ok(None)`
     /// when there is no file; `Err` says what is wrong with one.
-    fn read_verified(path: &Path, key: &str) -> Result<Option<VerifiedArtifact>, String> {
+    fn read_verified(
+        path: &Path,
+        key: &str,
+        secret: &Secret,
+    ) -> Result<Option<VerifiedArtifact>, String> {
         let before = match std::fs::symlink_metadata(path) {
             Ok(metadata) => metadata,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -234,7 +279,7 @@ impl CodeCache {
             return Err("is truncated or not a vigil cache file".to_owned());
         }
         let (recorded, artifact) = bytes[FILE_MAGIC.len()..].split_at(DIGEST_BYTES);
-        if recorded != artifact_digest(key, artifact).as_slice() {
+        if !artifact_digest_matches(secret, key, artifact, recorded) {
             return Err("does not match its recorded digest (truncated or altered)".to_owned());
         }
         Ok(Some(VerifiedArtifact { file: bytes }))
@@ -268,6 +313,9 @@ impl CodeCache {
         }
         owned_by_us(&std::fs::symlink_metadata(&self.dir)?, true)
             .map_err(|why| std::io::Error::other(format!("the directory {why}")))?;
+        let secret = self
+            .secret()
+            .map_err(|why| std::io::Error::other(format!("the cache's key {why}")))?;
 
         let final_path = self.path(key);
         let temp_path = self.dir.join(format!(".{key}.{}.tmp", std::process::id()));
@@ -278,7 +326,7 @@ impl CodeCache {
             std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
             let mut file = options.open(&temp_path)?;
             file.write_all(FILE_MAGIC)?;
-            file.write_all(&artifact_digest(key, artifact))?;
+            file.write_all(&artifact_digest(&secret, key, artifact))?;
             file.write_all(artifact)?;
             file.sync_all()?;
             std::fs::rename(&temp_path, &final_path)
@@ -304,25 +352,88 @@ fn deserialize_verified(
     // them as machine code without validating them. A `VerifiedArtifact` is only made by
     // `CodeCache::read_verified`, which accepts a file only from a directory owned by this
     // process's user and writable by no one else, only a regular file owned by that user
-    // and writable by no one else, and only when the sha256 digest the host recorded over
-    // the key and the artifact at write time (`CodeCache::store`, right after
-    // `Component::serialize`) matches the bytes read; the bytes are copied by wasmtime from
-    // this verified buffer, so the file changing afterwards cannot affect them. So the
-    // bytes are exactly what this host serialized for this key, and the key includes the
+    // and writable by no one else, and only when the HMAC-SHA256 the host recorded over the
+    // key and the artifact at write time (`CodeCache::store`, right after
+    // `Component::serialize`), under the cache's secret that only this user can read,
+    // matches the bytes read; the bytes are copied by wasmtime from this verified buffer,
+    // so the file changing afterwards cannot affect them. So the bytes are what a holder
+    // of the secret serialized for this key — this host, or another process of this user
+    // (as trusted as the binary: README) — and the key includes the
     // engine's `precompile_compatibility_hash` (wasmtime also checks the engine settings
     // recorded in the artifact and refuses a mismatch with an error).
     unsafe { Component::deserialize(engine, verified.artifact()) }
 }
 
-/// The digest recorded in an artifact file: over the key (so that a file copied under
-/// another key does not verify) and the artifact.
-fn artifact_digest(key: &str, artifact: &[u8]) -> [u8; DIGEST_BYTES] {
-    let mut digest = Sha256::new();
-    digest.update(b"vigil-cwasm-v1\0");
-    digest.update(key.as_bytes());
-    digest.update(b"\0");
-    digest.update(artifact);
-    digest.finalize().into()
+/// The digest recorded in an artifact file: an HMAC-SHA256 under the cache's secret over
+/// the key (so that a file copied under another key does not verify) and the artifact.
+fn artifact_digest(secret: &Secret, key: &str, artifact: &[u8]) -> [u8; DIGEST_BYTES] {
+    let mut context = ring::hmac::Context::with_key(&hmac_key(secret));
+    context.update(b"vigil-cwasm-v1\0");
+    context.update(key.as_bytes());
+    context.update(b"\0");
+    context.update(artifact);
+    let tag = context.sign();
+    let mut digest = [0_u8; DIGEST_BYTES];
+    digest.copy_from_slice(tag.as_ref());
+    digest
+}
+
+/// Whether `recorded` is the digest of `key` and `artifact` (compared in constant time).
+fn artifact_digest_matches(secret: &Secret, key: &str, artifact: &[u8], recorded: &[u8]) -> bool {
+    let mut message = Vec::with_capacity(key.len() + artifact.len() + 16);
+    message.extend_from_slice(b"vigil-cwasm-v1\0");
+    message.extend_from_slice(key.as_bytes());
+    message.push(0);
+    message.extend_from_slice(artifact);
+    ring::hmac::verify(&hmac_key(secret), &message, recorded).is_ok()
+}
+
+fn hmac_key(secret: &Secret) -> ring::hmac::Key {
+    ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &secret.0)
+}
+
+/// Reads the secret at `path`, or creates it (random, mode 0600) when missing: written in
+/// full to a temporary file, then linked to its name, so that a vigil starting at the same
+/// time on the same cache never reads half of one. A file that is not a regular file of
+/// this user's, that others may read or write, or that does not hold exactly the secret's
+/// length is refused (the cache is then not used).
+fn read_or_create_secret(path: &Path) -> Result<Secret, String> {
+    if !path.exists() {
+        let mut bytes = [0_u8; SECRET_BYTES];
+        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes)
+            .map_err(|_| "cannot be made: no randomness".to_owned())?;
+        let temp = path.with_extension(format!("{}.tmp", std::process::id()));
+        let mut options = OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let written = options
+            .open(&temp)
+            .and_then(|mut file| file.write_all(&bytes).and_then(|()| file.sync_all()))
+            .and_then(|()| std::fs::hard_link(&temp, path));
+        let _ = std::fs::remove_file(&temp);
+        match written {
+            Ok(()) => return Ok(Secret(bytes)),
+            // Another vigil made it first: read that one.
+            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(error) => return Err(format!("cannot be created: {error}")),
+        }
+    }
+    let metadata =
+        std::fs::symlink_metadata(path).map_err(|error| format!("cannot be read: {error}"))?;
+    owned_by_us(&metadata, false)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        if metadata.permissions().mode() & 0o077 != 0 {
+            return Err("may be read by other users".to_owned());
+        }
+    }
+    let bytes = std::fs::read(path).map_err(|error| format!("cannot be read: {error}"))?;
+    let secret: [u8; SECRET_BYTES] = bytes
+        .try_into()
+        .map_err(|_| format!("does not hold {SECRET_BYTES} bytes"))?;
+    Ok(Secret(secret))
 }
 
 /// Whether `metadata` (not following symlinks) is a directory (`dir`) or a regular file

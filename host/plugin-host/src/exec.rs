@@ -4,13 +4,16 @@
 //! What may run is decided by [`ExecPolicy`] (the operator's allow-list file, checked on
 //! the command's real path and its arguments, and the names a kubeconfig's `env` may set);
 //! this module runs an admitted command as kubectl does — its arguments, an explicit
-//! environment, `KUBERNETES_EXEC_INFO`, no standard input, in a
-//! process group of its own — with a time limit and a cap on its output, and kills the
-//! whole group when it is done or overruns. Credentials are kept in memory only, per
+//! environment, `KUBERNETES_EXEC_INFO`, no standard input — through the launcher of
+//! [`confine`] (its own home and temporary directory, Landlock, every process it starts
+//! killed and reaped at its end), with a time limit and a cap on its output. Credentials are kept in memory only, per
 //! plugin, exec configuration and cluster, until shortly before they expire: one run at a
 //! time per key (concurrent probes wait for it and share its result, failure included), at
-//! most [`ExecSettings::max_concurrent`] processes at once, and a key whose credential the
-//! cluster answered 401 runs its command again at the next call.
+//! most [`ExecSettings::max_concurrent`] processes at once, of which keys whose last run
+//! failed hold at most half; a failing command is run again only after a back-off that
+//! doubles with each failure in a row; and the run whose credential the cluster answered
+//! 401 to is forgotten, so that the next call runs the command again — once: its new
+//! credential is served even when it is the same token.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -25,8 +28,12 @@ use tokio::sync::Semaphore;
 use tracing::{debug, info};
 
 use vigil_domain::exec::{
-    self, Admitted, ClusterInfo, ExecPolicy, ExecSpec, IssuedCredential, MAX_OUTPUT_BYTES,
+    self, Admitted, ClusterInfo, ExecPolicy, ExecSpec, IssuedCredential, MAX_OUTPUT_BYTES, OwnDirs,
 };
+
+pub mod confine;
+
+use confine::Confinement;
 
 /// How much of a command's standard error is read (its first line is quoted on failure).
 const MAX_STDERR_BYTES: usize = 64 * 1024;
@@ -47,6 +54,8 @@ pub struct ExecSettings {
     pub timeout: Duration,
     /// How many commands may run at once.
     pub max_concurrent: usize,
+    /// How a command is started, and what it may touch.
+    pub confinement: Confinement,
 }
 
 impl Default for ExecSettings {
@@ -55,9 +64,14 @@ impl Default for ExecSettings {
             policy: ExecPolicy::default(),
             timeout: Duration::from_secs(10),
             max_concurrent: 4,
+            confinement: Confinement::default(),
         }
     }
 }
+
+/// How long a launcher told to stop may take to kill what the command started and exit,
+/// before its process group is killed.
+const STOP_GRACE: Duration = Duration::from_secs(5);
 
 /// The key of a kept credential: a digest of the plugin, the exec configuration and the
 /// cluster.
@@ -71,15 +85,26 @@ pub(crate) struct ExecRunner {
     path_var: Option<OsString>,
     slots: Mutex<HashMap<ExecKey, Arc<Slot>>>,
     permits: Arc<Semaphore>,
+    /// What keys whose last run failed must also hold to run: half the permits (at least
+    /// one), so that commands that hang or fail never take every permit from the others.
+    suspect_permits: Arc<Semaphore>,
     runs: AtomicU64,
 }
+
+/// The first wait before a failed command runs again; it doubles with each failure in a
+/// row, up to [`BACKOFF_MAX`].
+const BACKOFF_FIRST: Duration = Duration::from_secs(5);
+/// The longest wait before a failed command runs again.
+const BACKOFF_MAX: Duration = Duration::from_secs(300);
 
 #[derive(Default)]
 struct Slot {
     state: tokio::sync::Mutex<SlotState>,
-    /// A credential the cluster refused: never served again. Kept beside the state, whose
-    /// lock a run may hold for seconds, so that reporting a refusal never waits.
-    refused: Mutex<Option<IssuedCredential>>,
+    /// The run whose credential the cluster refused: never served again. Kept beside the
+    /// state, whose lock a run may hold for seconds, so that reporting a refusal never
+    /// waits. By run, not by value: a tool that hands out its cached token again after a
+    /// transient 401 is served that token from the new run.
+    refused: Mutex<Option<u64>>,
 }
 
 impl std::fmt::Debug for Slot {
@@ -89,22 +114,41 @@ impl std::fmt::Debug for Slot {
 }
 
 impl Slot {
-    /// Whether `credential` is the one the cluster refused.
-    fn is_refused(&self, credential: &IssuedCredential) -> bool {
-        self.refused
+    /// Whether the credential of `run` is the one the cluster refused.
+    fn is_refused(&self, run: u64) -> bool {
+        *self
+            .refused
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .as_ref()
-            == Some(credential)
+            == Some(run)
     }
 }
 
 #[derive(Default)]
 struct SlotState {
     credential: Option<Held>,
-    /// The last run's failure and when it ended: callers that were waiting for that run
-    /// take it instead of running the command again.
-    failure: Option<(Instant, String)>,
+    /// The last run's failure: callers that were waiting for that run take it, and so do
+    /// those that come before its back-off ends.
+    failure: Option<Failure>,
+}
+
+#[derive(Debug)]
+struct Failure {
+    /// When the run ended.
+    ended: Instant,
+    message: String,
+    /// Failed runs in a row.
+    streak: u32,
+}
+
+impl Failure {
+    /// When the command may run again.
+    fn retry_at(&self) -> Instant {
+        let wait = BACKOFF_FIRST
+            .saturating_mul(1 << self.streak.saturating_sub(1).min(16))
+            .min(BACKOFF_MAX);
+        self.ended + wait
+    }
 }
 
 impl std::fmt::Debug for SlotState {
@@ -118,12 +162,14 @@ impl std::fmt::Debug for SlotState {
 
 struct Held {
     credential: IssuedCredential,
+    /// The run that gave it.
+    run: u64,
     /// Served until then; `None`: until the cluster refuses it.
     fresh_until: Option<Instant>,
 }
 
 impl Held {
-    fn new(credential: IssuedCredential, now: Instant) -> Self {
+    fn new(credential: IssuedCredential, run: u64, now: Instant) -> Self {
         let fresh_until = credential.expires_at.map(|expires| {
             let left = u64::try_from(expires)
                 .ok()
@@ -135,6 +181,7 @@ impl Held {
         });
         Self {
             credential,
+            run,
             fresh_until,
         }
     }
@@ -149,16 +196,20 @@ impl Held {
 pub(crate) struct Served {
     pub(crate) key: ExecKey,
     pub(crate) credential: IssuedCredential,
+    /// The run that gave it.
+    pub(crate) run: u64,
 }
 
 impl ExecRunner {
     pub(crate) fn new(settings: ExecSettings) -> Self {
         let permits = Arc::new(Semaphore::new(settings.max_concurrent.max(1)));
+        let suspect_permits = Arc::new(Semaphore::new((settings.max_concurrent / 2).max(1)));
         Self {
             settings,
             path_var: std::env::var_os("PATH"),
             slots: Mutex::new(HashMap::new()),
             permits,
+            suspect_permits,
             runs: AtomicU64::new(0),
         }
     }
@@ -260,7 +311,7 @@ impl ExecRunner {
         admitted: Admitted,
         cluster: Option<ClusterInfo>,
         wait: Duration,
-    ) -> Result<IssuedCredential, String> {
+    ) -> Result<(IssuedCredential, u64), String> {
         let asked = Instant::now();
         let slot = self.slot(key);
         let runner = Arc::clone(self);
@@ -270,25 +321,37 @@ impl ExecRunner {
             let now = Instant::now();
             if let Some(held) = &state.credential
                 && held.is_fresh(now)
-                && !slot.is_refused(&held.credential)
+                && !slot.is_refused(held.run)
             {
-                return Ok(held.credential.clone());
+                return Ok((held.credential.clone(), held.run));
             }
-            if let Some((ended, message)) = &state.failure
-                && *ended >= asked
+            if let Some(failure) = &state.failure
+                && (failure.ended >= asked || now < failure.retry_at())
             {
-                return Err(message.clone());
+                return Err(failure.message.clone());
             }
             state.credential = None;
-            let result = runner.run(&spec, &admitted, cluster.as_ref()).await;
-            match &result {
+            let suspect = state.failure.is_some();
+            let run = runner.runs.fetch_add(1, Ordering::Relaxed) + 1;
+            let result = runner
+                .run(&spec, &admitted, cluster.as_ref(), suspect)
+                .await;
+            match result {
                 Ok(credential) => {
-                    state.credential = Some(Held::new(credential.clone(), Instant::now()));
+                    state.credential = Some(Held::new(credential.clone(), run, Instant::now()));
                     state.failure = None;
+                    Ok((credential, run))
                 }
-                Err(message) => state.failure = Some((Instant::now(), message.clone())),
+                Err(message) => {
+                    let streak = state.failure.as_ref().map_or(0, |f| f.streak) + 1;
+                    state.failure = Some(Failure {
+                        ended: Instant::now(),
+                        message: message.clone(),
+                        streak,
+                    });
+                    Err(message)
+                }
             }
-            result
         });
         match tokio::time::timeout(wait, task).await {
             Ok(Ok(result)) => result,
@@ -301,6 +364,7 @@ impl ExecRunner {
     }
 
     /// Forgets `served`'s credential, if it is still the one kept: the cluster refused it.
+    /// Only that run's: a later run's credential is served even if it is the same.
     pub(crate) fn refused(&self, served: &Served) {
         let slot = {
             let slots = self
@@ -313,46 +377,75 @@ impl ExecRunner {
         *slot
             .refused
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(served.credential.clone());
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(served.run);
         debug!("the cluster refused an exec credential: its command runs again at the next call");
     }
 
-    /// Runs the admitted command once.
+    /// Runs the admitted command once; `suspect` when its last run failed (it then holds
+    /// one of the fewer suspect permits too).
     async fn run(
         &self,
         spec: &ExecSpec,
         admitted: &Admitted,
         cluster: Option<&ClusterInfo>,
+        suspect: bool,
     ) -> Result<IssuedCredential, String> {
+        let _suspect = if suspect {
+            Some(
+                Arc::clone(&self.suspect_permits)
+                    .acquire_owned()
+                    .await
+                    .map_err(|_| "no exec command may run now".to_owned())?,
+            )
+        } else {
+            None
+        };
         let _permit = Arc::clone(&self.permits)
             .acquire_owned()
             .await
             .map_err(|_| "no exec command may run now".to_owned())?;
-        self.runs.fetch_add(1, Ordering::Relaxed);
         let program = admitted.program.display().to_string();
         let request = exec::exec_info(spec, admitted.version, cluster);
+        let confinement = &self.settings.confinement;
+        let (home, temp) = (confinement.home(), confinement.temp());
+        let own = OwnDirs {
+            home: &home,
+            temp: &temp,
+        };
         let environment = self
             .settings
             .policy
-            .environment(spec, &request, |name| std::env::var_os(name));
+            .environment(spec, &request, own, |name| std::env::var_os(name));
+        confinement
+            .prepare()
+            .map_err(|error| format!("its exec command {program} could not start: {error}"))?;
+        let launched = confinement.launcher.is_some();
         let started = Instant::now();
-        let mut child = tokio::process::Command::new(&admitted.program)
-            .args(&spec.args)
+        let mut child = confinement
+            .command(&admitted.program, &spec.args)
             .env_clear()
             .envs(environment)
-            .stdin(Stdio::null())
+            // The launcher's standard input is its lifeline; the command's is /dev/null.
+            .stdin(if launched {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true)
             .spawn()
             .map_err(|error| format!("its exec command {program} could not start: {error}"))?;
-        let group = child.id().and_then(|id| i32::try_from(id).ok());
+        let stopper = Stopper {
+            lifeline: Mutex::new(child.stdin.take()),
+            group: child.id().and_then(|id| i32::try_from(id).ok()),
+        };
         let stdout = child.stdout.take();
         let stderr = child.stderr.take();
         let work = async {
             let (out, err) = tokio::join!(
-                read_capped(stdout, MAX_OUTPUT_BYTES, group),
+                read_capped(stdout, MAX_OUTPUT_BYTES, Some(&stopper)),
                 read_capped(stderr, MAX_STDERR_BYTES, None),
             );
             let status = child.wait().await;
@@ -360,9 +453,16 @@ impl ExecRunner {
         };
         let finished = tokio::time::timeout(self.settings.timeout, work).await;
         // Whatever happened, nothing the command started outlives it.
-        kill_group(group);
+        stopper.stop();
         let Ok((out, err, status)) = finished else {
-            let _ = child.wait().await;
+            if !launched
+                || tokio::time::timeout(STOP_GRACE, child.wait())
+                    .await
+                    .is_err()
+            {
+                stopper.kill();
+                let _ = child.wait().await;
+            }
             info!(command = %program, "exec command killed at its time limit");
             return Err(format!(
                 "its exec command {program} did not finish within {} s and was killed",
@@ -404,12 +504,42 @@ impl ExecRunner {
 /// A stream that said more than it may.
 struct Overflow;
 
-/// Reads `stream` to its end, at most `cap` bytes: past it, the process group `kill` (if
-/// any) is killed and the read fails; without one, the rest is discarded.
+/// Ends a running command: through its launcher's lifeline, or by killing its process group
+/// when it was started directly or its launcher does not exit.
+struct Stopper {
+    /// The launcher's standard input: closing it tells the launcher to kill everything the
+    /// command started, and exit.
+    lifeline: Mutex<Option<tokio::process::ChildStdin>>,
+    /// The process group of the launcher (or of the command, started directly).
+    group: Option<i32>,
+}
+
+impl Stopper {
+    /// Asks the command to end: closes the lifeline, or, without a launcher, kills the group.
+    fn stop(&self) {
+        let lifeline = self
+            .lifeline
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        match lifeline {
+            Some(lifeline) => drop(lifeline),
+            None => self.kill(),
+        }
+    }
+
+    /// Kills the process group (the launcher has not exited: the group is still its own).
+    fn kill(&self) {
+        kill_group(self.group);
+    }
+}
+
+/// Reads `stream` to its end, at most `cap` bytes: past it, the command is stopped (if
+/// `stop` is given) and the read fails; without one, the rest is discarded.
 async fn read_capped(
     stream: Option<impl AsyncRead + Unpin>,
     cap: usize,
-    kill: Option<i32>,
+    stop: Option<&Stopper>,
 ) -> Result<Vec<u8>, Overflow> {
     let Some(mut stream) = stream else {
         return Ok(Vec::new());
@@ -422,8 +552,8 @@ async fn read_capped(
             Ok(read) => read,
         };
         if bytes.len() + read > cap {
-            if kill.is_some() {
-                kill_group(kill);
+            if let Some(stop) = stop {
+                stop.stop();
                 return Err(Overflow);
             }
             let room = cap - bytes.len();
@@ -490,6 +620,10 @@ mod tests {
             .unwrap(),
             timeout,
             max_concurrent: 2,
+            confinement: Confinement {
+                dir: program.parent().unwrap().join("exec"),
+                ..Confinement::default()
+            },
         }))
     }
 
@@ -518,7 +652,7 @@ mod tests {
             })
         });
         for call in futures_util::future::join_all(calls).await {
-            assert_eq!(call.unwrap().unwrap().token.as_deref(), Some("kit-token"));
+            assert_eq!(call.unwrap().unwrap().0.token.as_deref(), Some("kit-token"));
         }
         assert_eq!((runs(&dir), runner.runs()), (1, 1));
 
@@ -527,17 +661,29 @@ mod tests {
         assert_ne!(other, key);
 
         let admitted = runner.admit(&spec).unwrap();
-        let credential = runner
-            .credential(key, &spec, admitted.clone(), None, Duration::from_secs(10))
-            .await
-            .unwrap();
+        let call = async || {
+            runner
+                .credential(key, &spec, admitted.clone(), None, Duration::from_secs(10))
+                .await
+                .unwrap()
+        };
+        let (credential, run) = call().await;
         assert_eq!(runs(&dir), 1, "kept");
-        runner.refused(&Served { key, credential });
-        runner
-            .credential(key, &spec, admitted, None, Duration::from_secs(10))
-            .await
-            .unwrap();
+        runner.refused(&Served {
+            key,
+            credential,
+            run,
+        });
+        let (again, second) = call().await;
         assert_eq!(runs(&dir), 2, "run again after the refusal");
+        // The same token from the new run (a tool handing out its cached token after a
+        // transient 401) is served, not refused again: no third run.
+        assert_eq!(again.token.as_deref(), Some("kit-token"));
+        assert_ne!(run, second);
+        for _ in 0..5 {
+            call().await;
+        }
+        assert_eq!(runs(&dir), 2, "the new run's credential is kept");
     }
 
     #[tokio::test]
@@ -608,6 +754,29 @@ mod tests {
             error.contains("exit status: 3")
                 && error.contains("error: no credentials for profile x"),
             "{error}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failing_command_backs_off_before_it_runs_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let dir = std::fs::canonicalize(dir.path()).unwrap();
+        let program = script(&dir, "echo 'error: expired' >&2\nexit 1");
+        let runner = new_runner(&program, Duration::from_secs(10));
+        let spec = spec_of(&program);
+        let key = ExecRunner::key("p", &spec, &ClusterInfo::default());
+        for _ in 0..5 {
+            let admitted = runner.admit(&spec).unwrap();
+            let error = runner
+                .credential(key, &spec, admitted, None, Duration::from_secs(10))
+                .await
+                .unwrap_err();
+            assert!(error.contains("error: expired"), "{error}");
+        }
+        assert_eq!(
+            runs(&dir),
+            1,
+            "the calls within the back-off take the last failure"
         );
     }
 }

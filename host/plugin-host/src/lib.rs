@@ -78,6 +78,7 @@ pub use self::egress::{
 pub use self::engine::TICKER_LINGER;
 pub use self::event::PluginEvent;
 pub use self::exec::ExecSettings;
+pub use self::exec::confine;
 pub use self::manifest::{DEFAULT_MEMORY_MIB, MAX_MEMORY_MIB, Manifest};
 pub use self::outcome::{MAX_DETAIL_BYTES, MAX_DETAILS, MAX_MESSAGE_BYTES};
 pub use self::sandbox::{

@@ -579,7 +579,7 @@ impl CallState {
         let cluster = exec_cluster_info(&material, self.remaining()).await?;
         let key = ExecRunner::key(&self.plugin, spec, &cluster);
         let asked = spec.provide_cluster_info.then_some(cluster);
-        let credential = runner
+        let (credential, run) = runner
             .credential(key, spec, admitted, asked, self.remaining())
             .await
             .map_err(|why| E::ExecCredentials(format!("{owner}: {why}")))?;
@@ -596,6 +596,7 @@ impl CallState {
         self.exec_served = Some(Served {
             key,
             credential: credential.clone(),
+            run,
         });
         Ok(contract::ExecCredential {
             token: credential.token,

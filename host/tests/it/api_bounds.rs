@@ -260,8 +260,9 @@ fn open_files_of(pid: u32) -> usize {
 
 /// Thousands of idle connections and hundreds of event streams against a real `vigil
 /// serve`: it holds them all and keeps answering within its caps; one stream more gets
-/// 503 with `Retry-After`; at the connection cap one connection more is closed, and once
-/// some go it answers again.
+/// 503 with `Retry-After`; past the connection cap a connection is served from the
+/// reserve — `/healthz` answered, anything else 503 naming the cap — and once some go it
+/// answers again.
 #[test]
 fn a_server_full_of_idle_connections_and_streams_keeps_answering_within_its_caps() {
     const STREAMS: usize = 500;
@@ -287,6 +288,8 @@ fn a_server_full_of_idle_connections_and_streams_keeps_answering_within_its_caps
             ("VIGIL_API_MAX_EVENT_STREAMS", STREAMS.to_string()),
             // Long enough that no idle connection is closed during the test.
             ("VIGIL_API_HEADER_READ_TIMEOUT", "3600".to_owned()),
+            // Every connection of this test comes from one address.
+            ("VIGIL_API_MAX_CONNECTIONS_PER_PEER", "0".to_owned()),
         ],
     );
     let before = open_files_of(server.pid());
@@ -346,21 +349,30 @@ fn a_server_full_of_idle_connections_and_streams_keeps_answering_within_its_caps
     );
     streams.push(replacement);
 
-    // Fill the connection cap and go past it: each connection asks for /healthz and stays
-    // open; no more than the room left is served, the others are closed unanswered.
-    // (Connections of the checks above that the server has not yet seen close can only
-    // make the room smaller.)
+    // Fill the connection cap and go past it: each connection asks for the clusters and
+    // stays open; no more than the room left is served, the others come from the reserve:
+    // answered 503 naming the cap, and closed. (Connections of the checks above that the
+    // server has not yet seen close can only make the room smaller.)
     wait_for_status(&address, "/healthz", 200);
     let mut served = Vec::new();
-    let mut closed = 0;
+    let mut reserved = 0;
     for _ in 0..spare + 5 {
         let mut stream = connect(&address);
-        match try_get(&mut stream, "/healthz") {
-            Some(answer) => {
-                assert_eq!(status(&answer), 200, "{answer}");
-                served.push(stream);
+        let answer = try_get(&mut stream, "/api/v1/clusters").expect("an answer");
+        match status(&answer) {
+            200 => served.push(stream),
+            503 => {
+                // The rest of the answer, up to the close: a reserved connection serves one
+                // request.
+                let mut rest = String::new();
+                stream
+                    .read_to_string(&mut rest)
+                    .expect("the answer, then the close");
+                let whole = format!("{answer}{rest}");
+                assert!(whole.contains("VIGIL_API_MAX_CONNECTIONS"), "{whole}");
+                reserved += 1;
             }
-            None => closed += 1,
+            other => panic!("{other}: {answer}"),
         }
     }
     assert!(
@@ -370,14 +382,122 @@ fn a_server_full_of_idle_connections_and_streams_keeps_answering_within_its_caps
         idle + STREAMS
     );
     assert!(
-        closed >= 5,
-        "only {closed} connections past the cap were closed"
+        reserved >= 5,
+        "only {reserved} connections past the cap were answered from the reserve"
     );
+    // Past the cap, the health paths are still answered.
+    let answer = get(&mut connect(&address), "/healthz", true);
+    assert_eq!(status(&answer), 200, "{answer}");
 
     // Some go: the server answers again.
     drop(served);
     wait_for_status(&address, "/healthz", 200);
     drop((idle_connections, streams, server));
+}
+
+/// A connection from `source` (a loopback address of its own: another peer) to `address`.
+fn connect_from(source: &str, address: &str) -> TcpStream {
+    let socket =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
+    socket
+        .bind(
+            &source
+                .parse::<std::net::SocketAddr>()
+                .expect("source")
+                .into(),
+        )
+        .expect("bind the source address");
+    socket
+        .connect(
+            &address
+                .parse::<std::net::SocketAddr>()
+                .expect("address")
+                .into(),
+        )
+        .expect("connect");
+    socket.into()
+}
+
+/// A connection flood at a small cap: seventy connections from one peer, each
+/// sending two hundred pipelined requests for the page's script and reading none of the
+/// answers. While they fill the cap, `/healthz` from another peer (the kubelet) is
+/// answered every time, from the reserve; the answers nobody reads are dropped at the write
+/// timeout, the flood's connections closed, and the API answers in full again.
+#[test]
+fn a_flood_whose_answers_are_never_read_leaves_the_health_paths_answered() {
+    const FLOOD: usize = 70;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (server, address) = serve(
+        dir.path(),
+        &[
+            ("VIGIL_API_MAX_CONNECTIONS", "64".to_owned()),
+            ("VIGIL_API_WRITE_TIMEOUT", "5".to_owned()),
+        ],
+    );
+    let request = "GET /assets/app.js HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".repeat(200);
+    let mut flood: Vec<TcpStream> = Vec::new();
+    for _ in 0..FLOOD {
+        let mut stream = connect_from("127.0.0.2:0", &address);
+        // What fits in the buffers; the server answers as it reads.
+        let _ = stream.set_write_timeout(Some(Duration::from_secs(2)));
+        let _ = stream.write_all(request.as_bytes());
+        flood.push(stream);
+    }
+    // The cap is full: the API answers from the reserve only.
+    wait::until(
+        "the flood fills the connection cap",
+        Duration::from_secs(30),
+        String::new,
+        || {
+            let answer = get(&mut connect(&address), "/api/v1/clusters", true);
+            (status(&answer) == 503).then_some(())
+        },
+    );
+    for probe in 0..20 {
+        let mut stream = connect(&address);
+        stream
+            .set_read_timeout(Some(Duration::from_secs(3)))
+            .expect("timeout");
+        let answer = get(&mut stream, "/healthz", true);
+        assert_eq!(status(&answer), 200, "probe {probe}: {answer}");
+    }
+    // The answers nobody reads are dropped: the flood's connections are closed by the
+    // server, and the API answers in full again.
+    wait::until(
+        "the flood's connections are closed at the write timeout",
+        Duration::from_secs(60),
+        String::new,
+        || {
+            let answer = get(&mut connect(&address), "/api/v1/clusters", true);
+            (status(&answer) == 200).then_some(())
+        },
+    );
+    let closed = flood
+        .iter_mut()
+        .map(|stream| {
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+            // Read what was sent until the server's close (or reset).
+            let mut buffer = vec![0_u8; 1 << 20];
+            loop {
+                match stream.read(&mut buffer) {
+                    Ok(0) => return true,
+                    Ok(_) => {}
+                    Err(error) => {
+                        return matches!(
+                            error.kind(),
+                            ErrorKind::ConnectionReset | ErrorKind::BrokenPipe
+                        );
+                    }
+                }
+            }
+        })
+        .filter(|closed| *closed)
+        .count();
+    assert!(
+        closed >= 60,
+        "only {closed} of the flood's connections were closed"
+    );
+    drop(server);
 }
 
 /// A connection that never sends a request head, or sends half of one, is closed by the

@@ -173,7 +173,7 @@ fn check_problem(reply: &Reply, status: StatusCode, slug: &str, field: &str, wor
 }
 
 #[tokio::test]
-async fn without_a_token_only_loopback_hosts_are_answered() {
+async fn without_a_token_only_addresses_and_loopback_names_are_answered() {
     let api = api(no_token()).await;
     for host in [
         None,
@@ -185,6 +185,9 @@ async fn without_a_token_only_loopback_hosts_are_answered() {
         Some("vigil.localhost:8080"),
         Some("[::1]"),
         Some("[::1]:8080"),
+        // An address is never what a rebinding page sends (it sends its own name).
+        Some("10.0.0.1:8080"),
+        Some("[::2]:8080"),
     ] {
         let reply = api.get("/api/v1/clusters", host).await;
         assert_eq!(reply.status, StatusCode::OK, "{host:?}: {}", reply.text);
@@ -194,8 +197,6 @@ async fn without_a_token_only_loopback_hosts_are_answered() {
         "evil.example:8080",
         "127.0.0.1.evil.example",
         "localhost.evil.example:8080",
-        "10.0.0.1:8080",
-        "[::2]:8080",
         "not a host",
     ] {
         let reply = api.get("/api/v1/clusters", Some(host)).await;
@@ -304,14 +305,77 @@ async fn a_valid_token_is_exempt_from_the_host_and_origin_rules() {
 }
 
 #[tokio::test]
-async fn tokens_configured_keep_anonymous_reads_open_to_any_host() {
-    // With tokens, anonymous reads are open by choice (VIGIL_API_READ_AUTH closes them) and
-    // vigil may listen on any address: the Host rule is the token-less mode's.
-    let api = api(Access::new(Some(TOKEN), None, false).unwrap()).await;
-    let reply = api
-        .get("/api/v1/clusters", Some("vigil.internal:8080"))
+async fn with_tokens_anonymous_reads_still_name_an_address_or_an_allowed_host() {
+    // With tokens, anonymous reads are open by choice (VIGIL_API_READ_AUTH closes them), but
+    // not to a page of another site that rebinds its own name to vigil's address.
+    let guarded = api(Access::new(Some(TOKEN), None, false).unwrap()).await;
+    check_problem(
+        &guarded
+            .get("/api/v1/clusters", Some("rebound.evil.example:8080"))
+            .await,
+        StatusCode::MISDIRECTED_REQUEST,
+        "host-not-allowed",
+        "header.host",
+        "VIGIL_API_ALLOWED_HOSTS",
+    );
+    assert_eq!(
+        guarded
+            .get("/metrics", Some("vigil.internal:8080"))
+            .await
+            .status,
+        StatusCode::MISDIRECTED_REQUEST
+    );
+    // Prometheus scrapes by the pod's address (the shipped ServiceMonitor: the pod's
+    // port, no host name), and an operator may name a Service's DNS name. (This router
+    // renders no metrics: 404, past the Host rule.)
+    let scraped = guarded.get("/metrics", Some("10.244.1.7:8080")).await;
+    assert_eq!(scraped.status, StatusCode::NOT_FOUND, "{}", scraped.text);
+    let by_address = guarded
+        .get("/api/v1/clusters", Some("10.244.1.7:8080"))
+        .await;
+    assert_eq!(by_address.status, StatusCode::OK, "{}", by_address.text);
+    let named = api(Access::new(Some(TOKEN), None, false)
+        .unwrap()
+        .with_allowed_hosts(&["Vigil.Monitoring.svc".to_owned()]))
+    .await;
+    let reply = named
+        .get("/api/v1/clusters", Some("vigil.monitoring.svc:8080"))
         .await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    // The token is proof enough, whatever the Host.
+    let reply = guarded
+        .send(
+            Method::GET,
+            "/api/v1/clusters",
+            Some("rebound.evil.example"),
+            None,
+            Some(TOKEN),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+}
+
+#[tokio::test]
+async fn anonymous_readyz_says_ready_and_why_not_and_nothing_more() {
+    let guarded = api(Access::new(Some(TOKEN), None, false).unwrap()).await;
+    let anonymous = guarded.get("/readyz", Some("evil.example")).await;
+    let fields: Vec<&String> = anonymous.body.as_object().unwrap().keys().collect();
+    assert_eq!(fields, ["ready", "reasons"], "{}", anonymous.text);
+    let with_token = guarded
+        .send(Method::GET, "/readyz", Some("127.0.0.1"), None, Some(TOKEN))
+        .await;
+    assert_eq!(with_token.status, anonymous.status);
+    for detail in ["database", "discovered", "caught_up", "brake_holding"] {
+        assert!(
+            with_token.body.get(detail).is_some(),
+            "{detail}: {}",
+            with_token.text
+        );
+    }
+    // Without any token configured (loopback only), every read shows it all.
+    let open = api(no_token()).await;
+    let reply = open.get("/readyz", Some("127.0.0.1")).await;
+    assert!(reply.body.get("database").is_some(), "{}", reply.text);
 }
 
 #[test]

@@ -15,6 +15,7 @@ mod cli_discover;
 mod cli_plugin_check;
 mod demo;
 mod embedded;
+mod exec_confinement;
 mod exec_credentials;
 mod healthcheck;
 mod http_plugin;

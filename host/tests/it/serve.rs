@@ -396,6 +396,12 @@ fn serve_help_lists_every_setting() {
         "VIGIL_API_TOKENS_FILE",
         "VIGIL_PUBLIC_URL",
         "--public-url",
+        "VIGIL_API_ALLOWED_HOSTS",
+        "VIGIL_API_WRITE_TIMEOUT",
+        "VIGIL_API_MAX_CONNECTIONS_PER_PEER",
+        "VIGIL_EXEC_DIR",
+        "VIGIL_EXEC_LANDLOCK",
+        "VIGIL_EXEC_READ",
     ] {
         assert!(help.contains(name), "{name} missing from --help:\n{help}");
     }

@@ -30,7 +30,8 @@ use vigil_drain_rules::model::{
 };
 use vigil_drain_rules::{Severity, Source};
 use vigil_plugin_sdk::apiserver::{ApiServer, DEFAULT_PAGE_SIZE};
-use vigil_plugin_sdk::kubeconfig::select;
+use vigil_plugin_sdk::credentials::CredentialsError;
+use vigil_plugin_sdk::kubeconfig::{SelectError, select};
 use vigil_plugin_sdk::reference::Reference;
 use vigil_plugin_sdk::{
     AuditError, AuditPlugin, AuditReport, Cluster, Finding, ObjectRef, PluginInfo, ProbeError,
@@ -146,8 +147,26 @@ fn connect(cluster: &Cluster) -> Result<ApiServer, AuditError> {
     };
     let kubeconfig = credentials::kubeconfig()
         .map_err(|error| failure(error.probe_error(&format!("the {origin}")), &origin))?;
-    let selection = select(kubeconfig.expose_secret(), context.as_deref())
-        .map_err(|error| AuditError::failure(error.class(), format!("{origin}: {error}")))?;
+    let selection = match select(kubeconfig.expose_secret(), context.as_deref()) {
+        Ok(selection) => selection,
+        // A user whose credential comes from an `exec` command: the context as vigil
+        // resolved it, with the credential vigil ran the command for (a 401 to it makes
+        // vigil run the command again for the next audit).
+        Err(SelectError::ExecPlugin { .. }) => {
+            let exec_failure = |error: CredentialsError| {
+                failure(error.probe_error(&format!("the {origin}")), &origin)
+            };
+            let selection = credentials::context().map_err(exec_failure)?;
+            let credential = credentials::exec_credential().map_err(exec_failure)?;
+            selection.with_exec_credential(&credential)
+        }
+        Err(error) => {
+            return Err(AuditError::failure(
+                error.class(),
+                format!("{origin}: {error}"),
+            ));
+        }
+    };
     ApiServer::connect(&selection).map_err(|error| failure(error, &origin))
 }
 

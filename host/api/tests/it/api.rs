@@ -1130,7 +1130,8 @@ async fn plugins_health_readiness_and_metrics_answer() {
     assert_eq!(plugins.body[0]["secret_namespaces"][0], "vigil");
     assert_eq!(plugins.body[0]["memory_mib"], 64);
     assert_eq!(api.get("/healthz").await.body["status"], "ok");
-    let ready = api.get("/readyz").await;
+    // With a token: the details.
+    let ready = api.send(Method::GET, "/readyz", Some(TOKEN), None).await;
     assert_eq!(
         ready.status,
         StatusCode::SERVICE_UNAVAILABLE,
@@ -1138,6 +1139,15 @@ async fn plugins_health_readiness_and_metrics_answer() {
     );
     assert_eq!(ready.body["database"], true);
     assert_eq!(ready.body["discovered"], false);
+    // Without one (tokens are configured): ready, and why not, nothing more.
+    let anonymous = api.get("/readyz").await;
+    assert_eq!(anonymous.status, ready.status);
+    assert_eq!(anonymous.body["reasons"], ready.body["reasons"]);
+    assert!(
+        anonymous.body.get("database").is_none(),
+        "{}",
+        anonymous.text
+    );
     let metrics = api.get("/metrics").await;
     assert_eq!(metrics.status, StatusCode::OK);
     assert!(metrics.text.contains("vigil_clusters{"), "{}", metrics.text);

@@ -144,9 +144,12 @@ async fn a_first_load_writes_the_artifact_and_the_next_one_loads_it() {
     let mode = |path: &Path| std::fs::metadata(path).expect("stat").permissions().mode() & 0o777;
     assert_eq!(mode(&cache.join("components-v1")), 0o700);
     assert_eq!(mode(&artifact), 0o600);
+    // The cache's key (see the forging test) is its one other file, this user's only.
+    assert_eq!(mode(&cache.join("components-v1/.key")), 0o600);
     assert_eq!(
         std::fs::read_dir(cache.join("components-v1"))
             .expect("list")
+            .filter(|entry| entry.as_ref().expect("entry").file_name() != ".key")
             .count(),
         1,
         "a temporary file was left behind"
@@ -319,6 +322,60 @@ async fn an_artifact_copied_under_another_key_is_not_loaded() {
     let (runtime, status) = load(&plugins, Some(&cache)).await;
     assert_eq!(status, CacheStatus::Recompiled);
     // It is the real kubeconfig-file plugin that runs, not the noop one.
+    assert_eq!(runtime.plugins()[0].self_name, "kubeconfig-file");
+    assert_probes(&runtime, &cluster).await;
+}
+
+/// A forged artifact: another plugin's artifact, intact, put under the kubeconfig-file
+/// plugin's name with its digest recomputed as a process without the cache's key would
+/// (sha256 over the header, the key and the artifact, as artifacts were once signed). It
+/// does not verify: the real plugin is compiled again and runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_artifact_forged_without_the_caches_key_is_recompiled_never_loaded() {
+    use sha2::{Digest, Sha256};
+    let cluster = cluster().await;
+    let temp = tempfile::tempdir().expect("tempdir");
+    let cache = temp.path().join("cache");
+    let noop = plugin_dir(&temp.path().join("noop"), "noop");
+    let (runtime, _) = load(&noop, Some(&cache)).await;
+    drop(runtime);
+    let noop_artifact = only_artifact(&cache);
+    let plugins = plugin_dir(temp.path(), "kubeconfig-file");
+    let (runtime, _) = load(&plugins, Some(&cache)).await;
+    drop(runtime);
+    let own = artifacts(&cache)
+        .into_iter()
+        .find(|f| *f != noop_artifact)
+        .expect("the plugin's artifact");
+    let key = own.file_stem().unwrap().to_str().unwrap().to_owned();
+    let mut forged = std::fs::read(&noop_artifact).expect("read");
+    let digest = {
+        let mut digest = Sha256::new();
+        digest.update(b"vigil-cwasm-v1\0");
+        digest.update(key.as_bytes());
+        digest.update(b"\0");
+        digest.update(&forged[48..]);
+        digest.finalize()
+    };
+    forged[16..48].copy_from_slice(&digest);
+    std::fs::write(&own, &forged).expect("write");
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    }
+    // The secret is the cache's own, readable by its user only.
+    let secret = cache.join("components-v1/.key");
+    let mode = std::fs::metadata(&secret)
+        .expect("the cache's key")
+        .permissions();
+    assert_eq!(
+        PermissionsExt::mode(&mode) & 0o077,
+        0,
+        "the cache's key is for vigil's user only"
+    );
+
+    let (runtime, status) = load(&plugins, Some(&cache)).await;
+    assert_eq!(status, CacheStatus::Recompiled);
     assert_eq!(runtime.plugins()[0].self_name, "kubeconfig-file");
     assert_probes(&runtime, &cluster).await;
 }
