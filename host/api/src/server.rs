@@ -101,9 +101,6 @@ impl Peers {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let count = open.entry(peer).or_insert(0);
         if cap != 0 && *count >= cap {
-            if *count == 0 {
-                open.remove(&peer);
-            }
             return None;
         }
         *count += 1;
