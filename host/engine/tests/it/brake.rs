@@ -145,6 +145,14 @@ async fn the_brake_holds_through_a_restart_and_a_full_threshold_is_needed_after_
 
     // b0 answers again: vigil can reach clusters, the brake releases, and the
     // others must fail a whole threshold anew before going OFFLINE.
+    let before_release = store
+        .events(None)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.id)
+        .max()
+        .unwrap_or(0);
     prober.set("b0", Behaviour::healthy());
     wait_until(
         Duration::from_secs(6),
@@ -161,12 +169,22 @@ async fn the_brake_holds_through_a_restart_and_a_full_threshold_is_needed_after_
     .await;
     running.stop().await;
 
-    let BrakeVerdict::Released {
-        since: Some(released),
-    } = store.brake_state().await.unwrap().verdict
+    let BrakeVerdict::Released { since: Some(_) } = store.brake_state().await.unwrap().verdict
     else {
         panic!("the brake released");
     };
+    // Counted from the release that let them go: the first one after b0 answered. (While
+    // the four fail on, the brake may engage and release again: its state's `since` is then
+    // later than their counted failures.)
+    let released = store
+        .events(None)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.id > before_release && e.kind == "brake-released")
+        .map(|e| vigil_decision::Timestamp(e.at))
+        .next()
+        .expect("a brake-released event after b0 answered");
     assert_eq!(statuses(&store).await[0], ClusterStatus::Online);
     assert_eq!(&app_statuses(&store).await[1..], &[AppStatus::Degraded; 4]);
     for name in &FLEET[1..] {
