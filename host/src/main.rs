@@ -79,7 +79,7 @@ impl From<ServeError> for Exit {
         let message = error_chain(&error);
         match error {
             // The tokens file changed between the settings' check and the start.
-            ServeError::Tokens(_) => Self::Settings(message),
+            ServeError::Tokens(_) | ServeError::ReplicaIdInUse { .. } => Self::Settings(message),
             ServeError::Locked(_) => Self::Locked(message),
             _ => Self::Failed(message),
         }

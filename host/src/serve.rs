@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::config::{DISCOVERY_DEBOUNCE, EngineConfig, PluginConfig};
 use vigil_api::{
@@ -51,6 +51,14 @@ pub enum ServeError {
     /// The API tokens file cannot be used.
     #[error(transparent)]
     Tokens(#[from] TokensError),
+    /// Another live process writes the heartbeat of this replica's id.
+    #[error(
+        "another vigil process is running as replica `{replica}` (its heartbeat in the database is alive): give each replica its own VIGIL_REPLICA_ID"
+    )]
+    ReplicaIdInUse {
+        /// The replica id (`VIGIL_REPLICA_ID`).
+        replica: String,
+    },
     /// The REST API cannot listen.
     #[error("the REST API cannot listen on {address}")]
     Listen {
@@ -568,14 +576,72 @@ fn owner_of(config: &EngineConfig, store: &Store) -> Owner {
     }
 }
 
+/// A value of this process alone, written with its heartbeat: a second process with the
+/// same replica id finds another's.
+fn process_instance() -> String {
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    format!("{}-{}", std::process::id(), started.as_nanos())
+}
+
+/// Writes this process's first heartbeat as `replica`. A heartbeat of another process
+/// that is still alive is either a run of this replica that just died (it lapses within
+/// its lifetime, and then this one takes the id over) or another process using the same
+/// id (it goes on beating): then vigil refuses to start.
+async fn take_replica_id(
+    store: &Store,
+    replica: &str,
+    instance: &str,
+    node: Option<&str>,
+) -> Result<(), ServeError> {
+    let deadline = tokio::time::Instant::now()
+        + Duration::from_millis(vigil_store::HEARTBEAT_LIFETIME_MILLIS.unsigned_abs())
+        + HEARTBEAT_EVERY;
+    let mut first_seen = None;
+    loop {
+        if store.heartbeat(replica, instance, node).await? {
+            return Ok(());
+        }
+        let beat = store.replica_heartbeat(replica).await?;
+        match first_seen {
+            None => {
+                info!(
+                    replica,
+                    "another process wrote this replica's heartbeat a moment ago: waiting for it to lapse (a run that just stopped) or to beat again (a second process with this id)"
+                );
+                first_seen = beat;
+            }
+            Some(first) if beat.is_some_and(|beat| beat > first) => {
+                return Err(ServeError::ReplicaIdInUse {
+                    replica: replica.to_owned(),
+                });
+            }
+            Some(_) => {}
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(ServeError::ReplicaIdInUse {
+                replica: replica.to_owned(),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 /// Records, every [`HEARTBEAT_EVERY`], that this replica is alive.
-async fn heartbeat_loop(store: Store, replica: String, node: Option<String>) {
+async fn heartbeat_loop(store: Store, replica: String, instance: String, node: Option<String>) {
     let mut every = tokio::time::interval(HEARTBEAT_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         every.tick().await;
-        if let Err(error) = store.heartbeat(&replica, node.as_deref()).await {
-            warn!(error = %error_chain(&error), "could not record this replica's heartbeat");
+        match store.heartbeat(&replica, &instance, node.as_deref()).await {
+            Ok(true) => {}
+            Ok(false) => {
+                error!(%replica, "another vigil process writes this replica's heartbeat: two processes share VIGIL_REPLICA_ID, and their claims and leases are one; give each its own");
+            }
+            Err(error) => {
+                warn!(error = %error_chain(&error), "could not record this replica's heartbeat");
+            }
         }
     }
 }
@@ -592,6 +658,8 @@ fn notifications_report(status: Arc<NotifyStatus>) -> NotificationsReport {
                 failing: sink.failing,
                 attempts: sink.attempts,
                 last_error: sink.last_error,
+                dead_letters: sink.dead_letters,
+                last_dead_letter: sink.last_dead_letter,
             })
             .collect(),
         config_error: status.config_error(),
@@ -705,10 +773,21 @@ async fn run<P: Prober>(
         });
     }
     let handle = worker.handle();
+    let instance = process_instance();
+    if shared {
+        take_replica_id(
+            &store,
+            &config.replica.id,
+            &instance,
+            config.replica.node.as_deref(),
+        )
+        .await?;
+    }
     let heartbeat = shared.then(|| {
         tokio::spawn(heartbeat_loop(
             store.clone(),
             config.replica.id.clone(),
+            instance,
             config.replica.node.clone(),
         ))
     });
@@ -733,6 +812,8 @@ async fn run<P: Prober>(
                     failing: sink.failing,
                     delivered: sink.delivered,
                     failures: sink.failures,
+                    dead_letters: sink.dead_letters,
+                    positions: sink.positions,
                 })
                 .collect()
         });

@@ -9,7 +9,10 @@ Behaviour the test steers with files in the control directory:
   fail  while it exists, every request is answered 503 (after being logged with
         "refused": true, so the test sees the attempts);
   hold  while it exists, a verified request is logged, then not answered (the test kills
-        vigil while the request is in flight).
+        vigil while the request is in flight);
+  reject  while it exists, a verified request whose body contains the file's text is
+        answered 400 (logged with "rejected": true): a receiver that cannot take one
+        payload.
 
 Usage: receiver.py SECRET LOG CONTROL_DIR PORT_FILE [CERT_PEM KEY_PEM]
 With a certificate and its key it serves HTTPS.
@@ -49,6 +52,16 @@ class Receiver(BaseHTTPRequestHandler):
             entry["body"] = webhook.verify(body, headers)
         except Exception as error:  # the reference's refusal, whatever its type
             entry["invalid"] = repr(error)
+            log(entry)
+            self.answer(400)
+            return
+        try:
+            with open(os.path.join(control, "reject"), "rb") as reject:
+                rejected = reject.read()
+        except FileNotFoundError:
+            rejected = None
+        if rejected and rejected in body:
+            entry["rejected"] = True
             log(entry)
             self.answer(400)
             return

@@ -596,7 +596,8 @@ function renderNotifications() {
   const el = document.getElementById('notify');
   const n = state.notifications;
   const failing = n ? n.sinks.filter((s) => s.failing) : [];
-  if (!n || (!failing.length && !n.config_error)) { el.hidden = true; el.replaceChildren(); return; }
+  const lost = n ? n.sinks.filter((s) => s.dead_letters > 0) : [];
+  if (!n || (!failing.length && !lost.length && !n.config_error)) { el.hidden = true; el.replaceChildren(); return; }
   el.hidden = false;
   replace(el,
     failing.length ? h('h2', {}, 'Notifications are not getting through') : null,
@@ -604,6 +605,11 @@ function renderNotifications() {
       `${s.name} (${s.kind}): ${s.attempts} failed attempts in a row`,
       s.last_error ? ` — ${s.last_error}` : null,
       '. They are kept and sent once it answers.'))) : null,
+    lost.length ? h('h2', {}, 'Notifications passed over undelivered') : null,
+    lost.length ? h('ul', { class: 'dead-letters' }, lost.map((s) => h('li', { 'data-sink': s.name },
+      `${s.name} (${s.kind}): ${s.dead_letters} not delivered and not sent again`,
+      s.last_dead_letter ? ` — the last, ${s.last_dead_letter}` : null,
+      '. The ones after them were sent.'))) : null,
     n.config_error ? h('p', { id: 'notify-config-error' },
       'The notifications file read again was refused, the previous one stays in force: ',
       n.config_error) : null);

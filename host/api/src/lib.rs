@@ -199,6 +199,13 @@ pub struct SinkView {
     /// The last failure.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+    /// Notifications passed over undelivered since the sink was configured: refused for
+    /// good by the receiver (a 4xx other than 408 and 429) or after `dead_letter_after`
+    /// attempts. Not sent again; the ones after them were. Never makes vigil unready.
+    pub dead_letters: u64,
+    /// The last of them: its event id and why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_dead_letter: Option<String>,
 }
 
 impl Readiness {

@@ -363,6 +363,14 @@ impl ExecPolicy {
                 program.display()
             ));
         }
+        // Allowed by its path: whoever can change the file, or a directory on its path,
+        // would decide what runs.
+        crate::trust::check_file(&program).map_err(|why| {
+            format!(
+                "its exec command {} may not run: {why} (only vigil's user and root may be able to change an allowed program)",
+                program.display()
+            )
+        })?;
         Ok(Admitted {
             program,
             version,
@@ -707,16 +715,111 @@ pub fn parse_output(stdout: &[u8], version: ExecVersion) -> Result<IssuedCredent
     })
 }
 
-/// The first line of a command's standard error, safe to show: control characters
-/// replaced, cut at [`MAX_QUOTED_CHARS`] characters.
+/// The first line of a command's standard error, safe to show to whoever reads a
+/// cluster's reason (the API, the page, the event stream, notifications): control
+/// characters replaced, anything that looks like a secret replaced by `[redacted]`
+/// ([`redact`]), cut at [`MAX_QUOTED_CHARS`] characters.
 pub fn first_line(stderr: &[u8]) -> String {
     let text = String::from_utf8_lossy(stderr);
-    quote_line(
+    quote_line(&redact(
         text.lines()
             .map(str::trim)
             .find(|line| !line.is_empty())
             .unwrap_or_default(),
-    )
+    ))
+}
+
+/// What stands in for a word that looks like a secret.
+const REDACTED: &str = "[redacted]";
+
+/// Names whose value, after `=` or `:`, is a secret (`token=…`, `password: …`).
+const SECRET_NAMES: &[&str] = &[
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "credential",
+    "key",
+    "auth",
+    "session",
+    "signature",
+    "bearer",
+];
+
+/// `line` with what looks like a secret replaced: a value named like one (`token=…`,
+/// `X-Amz-Security-Token: …`), the word after `Bearer` or `Basic`, a URL's query, and
+/// any run of at least 20 key-like characters (letters, digits, `+/=_-.~`) that holds both
+/// letters and digits (a JWT, an access key, a base64 blob). Paths and plain words stay:
+/// a tool's message stays readable ("ExpiredToken", "/usr/local/bin/aws").
+pub fn redact(line: &str) -> String {
+    let mut out = Vec::new();
+    let mut hide_next = false;
+    let mut previous = String::new();
+    for word in line.split(' ') {
+        let lower = word.to_ascii_lowercase();
+        // `Bearer x`, `Basic x`, and `Authorization: Bearer x`: the scheme stays.
+        if matches!(lower.as_str(), "bearer" | "basic") {
+            hide_next = true;
+            out.push(word.to_owned());
+            continue;
+        }
+        if word.is_empty() {
+            out.push(String::new());
+            continue;
+        }
+        if std::mem::take(&mut hide_next) {
+            out.push(REDACTED.to_owned());
+            continue;
+        }
+        // `password: x`, `token = x`: a secret's name, its value in the next word.
+        let trimmed = lower.trim_end_matches([':', '=']);
+        let name = if trimmed.is_empty() {
+            &previous
+        } else {
+            trimmed
+        };
+        let names_a_secret = SECRET_NAMES.iter().any(|s| name.contains(s));
+        let separated = lower.ends_with([':', '=']);
+        previous.clone_from(&lower);
+        if separated && names_a_secret {
+            hide_next = true;
+            out.push(word.to_owned());
+            continue;
+        }
+        out.push(redact_word(word));
+    }
+    out.join(" ")
+}
+
+fn redact_word(word: &str) -> String {
+    // A URL keeps its scheme, host and path; its query may carry a signature.
+    if word.contains("://") {
+        return match word.split_once('?') {
+            Some((base, _)) => format!("{base}?{REDACTED}"),
+            None => word.to_owned(),
+        };
+    }
+    // `name=value` or `name:value` where the name says secret.
+    if let Some(at) = word.find(['=', ':']) {
+        let (name, value) = word.split_at(at);
+        let name_lower = name.to_ascii_lowercase();
+        if value.len() > 1 && SECRET_NAMES.iter().any(|s| name_lower.contains(s)) {
+            return format!("{name}{}{REDACTED}", &value[..1]);
+        }
+    }
+    let core =
+        word.trim_matches(|c: char| matches!(c, '"' | '\'' | ',' | ';' | '(' | ')' | '[' | ']'));
+    let key_like = core.len() >= 20
+        && !core.starts_with('/')
+        && core.chars().all(|c| {
+            c.is_ascii_alphanumeric() || matches!(c, '+' | '/' | '=' | '_' | '-' | '.' | '~')
+        })
+        && core.chars().any(|c| c.is_ascii_digit())
+        && core.chars().any(|c| c.is_ascii_alphabetic());
+    if key_like {
+        return word.replace(core, REDACTED);
+    }
+    word.to_owned()
 }
 
 fn quote_line(text: &str) -> String {
@@ -835,6 +938,34 @@ mod tests {
 
     fn path_text(path: &Path) -> &str {
         path.to_str().unwrap()
+    }
+
+    #[test]
+    fn an_allowed_program_others_could_change_is_refused() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let chmod = |path: &Path, mode: u32| {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+        };
+        let top = tempfile::tempdir().unwrap();
+        let top = std::fs::canonicalize(top.path()).unwrap();
+        let dir = top.join("bin");
+        std::fs::create_dir(&dir).unwrap();
+        chmod(&dir, 0o755);
+        let tool = executable(&dir, "tool");
+        let allowed = policy(&format!("{} token\n", tool.display()), &[]);
+        assert!(allowed.admit(&spec(path_text(&tool)), None).is_ok());
+        for (path, mode) in [(&tool, 0o757), (&dir, 0o775), (&top, 0o777)] {
+            let before = std::fs::metadata(path).unwrap().permissions().mode();
+            chmod(path, mode);
+            let refused = allowed.admit(&spec(path_text(&tool)), None).unwrap_err();
+            assert!(
+                refused.contains(&format!("{} is writable", path.display()))
+                    && refused.contains("may not run"),
+                "{refused}"
+            );
+            chmod(path, before);
+        }
+        assert!(allowed.admit(&spec(path_text(&tool)), None).is_ok());
     }
 
     #[test]
@@ -1267,6 +1398,50 @@ mod tests {
             assert!(error.contains(expected), "{error}");
             assert!(!error.contains("secret-token"), "{error}");
         }
+    }
+
+    #[test]
+    fn what_looks_like_a_secret_in_stderr_is_redacted() {
+        for (line, shown) in [
+            (
+                "error: token=abc refused",
+                "error: token=[redacted] refused",
+            ),
+            ("password: hunter2", "password: [redacted]"),
+            ("token = abc", "token = [redacted]"),
+            ("password:hunter2 wrong", "password:[redacted] wrong"),
+            (
+                "Authorization: Bearer abc.def",
+                "Authorization: Bearer [redacted]",
+            ),
+            (
+                "GET https://sts.example.com/x?Action=Get&X-Amz-Signature=f00 failed",
+                "GET https://sts.example.com/x?[redacted] failed",
+            ),
+            (
+                "bad jwt eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ4In0.c2lnbmF0dXJl1",
+                "bad jwt [redacted]",
+            ),
+            (
+                "key AKIAIOSFODNN7EXAMPLE1 (denied)",
+                "key [redacted] (denied)",
+            ),
+            (
+                "aws: error: ExpiredToken when calling GetCallerIdentity",
+                "aws: error: ExpiredToken when calling GetCallerIdentity",
+            ),
+            (
+                "/usr/local/aws-cli/v2/2.22.0/dist/aws: not found",
+                "/usr/local/aws-cli/v2/2.22.0/dist/aws: not found",
+            ),
+            ("account 123456789012 denied", "account 123456789012 denied"),
+        ] {
+            assert_eq!(redact(line), shown, "{line}");
+        }
+        assert_eq!(
+            first_line(b"error: AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMIK7MDENGbPxRfiCY\n"),
+            "error: AWS_SECRET_ACCESS_KEY=[redacted]"
+        );
     }
 
     #[test]

@@ -22,3 +22,4 @@ pub mod probe;
 pub mod reference;
 pub mod secrets;
 pub mod tls;
+pub mod trust;

@@ -156,6 +156,12 @@ pub struct SinkMetrics {
     pub delivered: u64,
     /// Attempts of this process that failed.
     pub failures: u64,
+    /// Notifications passed over undelivered, since the sink was configured (from the
+    /// database: the count survives restarts).
+    pub dead_letters: u64,
+    /// The sink's positions in the outbox (one per receiver URL): what is pending is
+    /// what the furthest behind has not been sent.
+    pub positions: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -485,6 +491,7 @@ impl Metrics {
             let pending = Family::<SinkLabels, Gauge>::default();
             let delivered = Family::<SinkLabels, Counter>::default();
             let failures = Family::<SinkLabels, Counter>::default();
+            let dead_letters = Family::<SinkLabels, Counter>::default();
             for sink in (source.0)() {
                 let labels = SinkLabels {
                     sink: sink.name.clone(),
@@ -493,10 +500,16 @@ impl Metrics {
                 failing.get_or_create(&labels).set(i64::from(sink.failing));
                 // Read before the family's guard is taken: it must not be held across
                 // an await.
-                let waiting = store.outbox_pending(&sink.name).await?;
+                let mut waiting = 0;
+                for position in &sink.positions {
+                    waiting = waiting.max(store.outbox_pending(position).await?);
+                }
                 pending.get_or_create(&labels).set(waiting);
                 delivered.get_or_create(&labels).inc_by(sink.delivered);
                 failures.get_or_create(&labels).inc_by(sink.failures);
+                dead_letters
+                    .get_or_create(&labels)
+                    .inc_by(sink.dead_letters);
             }
             registry.register(
                 "vigil_notify_sink_failing",
@@ -518,6 +531,13 @@ impl Metrics {
                 "vigil_notify_failed_attempts",
                 "Attempts of this process at sending a notification that failed, by sink",
                 failures,
+            );
+            registry.register(
+                "vigil_notify_dead_letters",
+                "Notifications passed over undelivered, by sink: refused for good by the \
+                 receiver (a 4xx other than 408 and 429) or after `dead_letter_after` \
+                 attempts. They are not sent again",
+                dead_letters,
             );
         }
 

@@ -77,6 +77,9 @@ pub struct NotifyConfig {
     pub failing_after: u32,
     /// The longest wait between two attempts.
     pub max_backoff: Duration,
+    /// Failed attempts at one notification after which it is passed over (a dead
+    /// letter), so that the ones after it still go out.
+    pub dead_letter_after: u32,
     /// The webhook secret files read (vigil keeps them out of reach of the commands it
     /// runs).
     pub secret_files: Vec<PathBuf>,
@@ -200,6 +203,8 @@ struct Delivery {
     failing_after: u32,
     #[serde(default = "default_max_backoff", with = "humantime_serde_text")]
     max_backoff: Duration,
+    #[serde(default = "default_dead_letter_after")]
+    dead_letter_after: u32,
 }
 
 impl Default for Delivery {
@@ -207,12 +212,20 @@ impl Default for Delivery {
         Self {
             failing_after: default_failing_after(),
             max_backoff: default_max_backoff(),
+            dead_letter_after: default_dead_letter_after(),
         }
     }
 }
 
 fn default_failing_after() -> u32 {
     5
+}
+
+/// About an hour of attempts with the default `max_backoff` (1 s doubling to 5 min): a
+/// receiver down for a restart or a deployment gets everything; one that refuses a
+/// notification for longer lets the ones after it through.
+fn default_dead_letter_after() -> u32 {
+    20
 }
 
 fn default_max_backoff() -> Duration {
@@ -339,6 +352,13 @@ impl NotifyConfig {
                 "delivery.failing_after: must be at least 1".to_owned(),
             ));
         }
+        if file.delivery.dead_letter_after == 0 {
+            let offset = text.find("dead_letter_after").unwrap_or(0);
+            return Err(invalid_at(
+                offset,
+                "delivery.dead_letter_after: must be at least 1".to_owned(),
+            ));
+        }
         let mut sinks = Vec::new();
         let mut secret_files = Vec::new();
         for (index, entry) in file.webhook.into_iter().enumerate() {
@@ -431,6 +451,7 @@ impl NotifyConfig {
             sinks,
             failing_after: file.delivery.failing_after,
             max_backoff: file.delivery.max_backoff,
+            dead_letter_after: file.delivery.dead_letter_after,
             secret_files,
         })
     }
@@ -504,6 +525,19 @@ fn read_ca(common: &Common) -> Result<Option<Vec<u8>>, String> {
 
 /// The signing keys of a secret file: whitespace-separated `whsec_<base64>` secrets.
 fn read_secrets(path: &Path) -> Result<Vec<Vec<u8>>, String> {
+    use std::os::unix::fs::PermissionsExt as _;
+    // Whoever reads it can sign notifications as vigil; whoever writes it, choose the key.
+    let mode = std::fs::metadata(path)
+        .map_err(|e| e.to_string())?
+        .permissions()
+        .mode();
+    if mode & 0o006 != 0 {
+        return Err(format!(
+            "other users can read or write it (mode {:04o}): allow only its owner and group \
+             (chmod o-rw; on a Kubernetes Secret volume, defaultMode 0440)",
+            mode & 0o7777
+        ));
+    }
     let text = read_capped(path)?;
     let mut keys = Vec::new();
     for (index, secret) in text.split_whitespace().enumerate() {
@@ -570,8 +604,10 @@ mod tests {
     use super::*;
 
     fn secret_file(dir: &Path, text: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt as _;
         let path = dir.join("secret");
         std::fs::write(&path, text).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
         path
     }
 
@@ -595,6 +631,7 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(config.failing_after, 5);
+        assert_eq!(config.dead_letter_after, 20);
         assert_eq!(config.sinks.len(), 2);
         let SinkKind::Webhook { keys, .. } = &config.sinks[0].kind else {
             panic!("{config:?}")
@@ -679,6 +716,30 @@ mod tests {
             assert!(error.contains(needle), "{error}");
             assert!(error.contains("sink `ops`"), "{error}");
             assert!(!error.contains("hunter2"), "{error}");
+        }
+    }
+
+    #[test]
+    fn a_secret_file_other_users_can_read_or_write_is_refused() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let secret = secret_file(dir.path(), "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
+        let text = format!(
+            "[[webhook]]\nname = \"ops\"\nurl = \"http://127.0.0.1:9/\"\nsecret_file = \"{}\"\n",
+            secret.display()
+        );
+        for mode in [0o644, 0o602] {
+            std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(mode)).unwrap();
+            let error = parse(&text).unwrap_err().to_string();
+            assert!(
+                error.contains(&format!("mode {mode:04o}")) && error.contains("chmod o-rw"),
+                "{error}"
+            );
+            assert!(!error.contains("MfKQ"), "{error}");
+        }
+        for mode in [0o600, 0o640, 0o440] {
+            std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(mode)).unwrap();
+            assert!(parse(&text).is_ok(), "mode {mode:o}");
         }
     }
 

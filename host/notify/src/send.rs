@@ -27,6 +27,14 @@ pub enum SendError {
     Refused(u16),
 }
 
+impl SendError {
+    /// Whether sending the same again cannot succeed: a 4xx answer, except 408 (Request
+    /// Timeout) and 429 (Too Many Requests), which say "later".
+    pub fn is_permanent(&self) -> bool {
+        matches!(self, Self::Refused(code) if (400..500).contains(code) && *code != 408 && *code != 429)
+    }
+}
+
 /// `POST`s `body` to `url` with `headers`, within `timeout`; `tls` is used for
 /// `https://` URLs.
 pub async fn post_json(

@@ -34,7 +34,6 @@ mod event;
 mod exec;
 mod manifest;
 mod outcome;
-mod plugin_dir;
 pub mod plugin_watch;
 mod sandbox;
 mod source;
@@ -64,6 +63,7 @@ use vigil_domain::probe::{ProbeTarget, Probed, Prober};
 use vigil_domain::reference::Reference;
 use vigil_domain::secrets::SecretSource;
 use vigil_domain::tls::TlsClients;
+use vigil_domain::trust;
 
 pub use self::audit::{
     AuditOutcome, Finding as AuditFinding, FindingObject, FindingSeverity, MAX_FINDING_OBJECTS,
@@ -713,36 +713,36 @@ impl PluginRuntime {
         let dir_trusted = if files.is_empty() {
             Ok(())
         } else {
-            plugin_dir::check_dir(&self.inner.plugin_dir)
+            trust::check_dir(&self.inner.plugin_dir)
         };
 
         for (name, source) in &sources {
-            let read = self.read_source(source);
-            let mut content = read.as_ref().ok().map(|(_, _, content)| content.clone());
-            if let Some(content) = &content
-                && self.catalog().is_unchanged(name, content)
-            {
-                report.unchanged.push(name.clone());
-                continue;
-            }
+            // Trusted before anything is read from it.
             let trusted = match source {
                 PluginSource::Embedded { .. } => Ok(()),
                 PluginSource::File(file) => dir_trusted.clone().and_then(|()| {
                     let manifest = file.with_extension("toml");
-                    plugin_dir::check_file(file).and_then(|()| match manifest.try_exists() {
+                    trust::check_file(file).and_then(|()| match manifest.try_exists() {
                         Ok(false) => Ok(()),
-                        _ => plugin_dir::check_file(&manifest),
+                        _ => trust::check_file(&manifest),
                     })
                 }),
             };
-            let read = match trusted {
-                Ok(()) => read,
-                Err(why) => {
-                    // Not remembered as a failed content: once the modes are fixed, the
-                    // same files load at the next reload.
-                    content = None;
-                    Err(Refusal::Untrusted(why))
+            let (read, content) = match trusted {
+                Ok(()) => {
+                    let read = self.read_source(source);
+                    let content = read.as_ref().ok().map(|(_, _, content)| content.clone());
+                    if let Some(content) = &content
+                        && self.catalog().is_unchanged(name, content)
+                    {
+                        report.unchanged.push(name.clone());
+                        continue;
+                    }
+                    (read, content)
                 }
+                // Not remembered as a failed content: once the modes are fixed, the same
+                // files load at the next reload.
+                Err(why) => (Err(Refusal::Untrusted(why)), None),
             };
             let generation = self.catalog().open_candidate(name);
             let loaded = match read {

@@ -292,21 +292,49 @@ impl Store {
         Ok(())
     }
 
-    /// Records that `replica` is alive (on `node`, when known).
-    pub async fn heartbeat(&self, replica: &str, node: Option<&str>) -> Result<(), StoreError> {
+    /// Records that `replica` is alive (on `node`, when known), written by the process
+    /// `instance`. Answers `false`, writing nothing, when another process writes this
+    /// replica's heartbeat and it is still alive (its heartbeat younger than its
+    /// lifetime): two processes share the replica id.
+    pub async fn heartbeat(
+        &self,
+        replica: &str,
+        instance: &str,
+        node: Option<&str>,
+    ) -> Result<bool, StoreError> {
         if self.backend != Backend::Postgres {
-            return Ok(());
+            return Ok(true);
         }
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "INSERT INTO replicas (id, node, started, heartbeat) VALUES ($1, $2, {DB_NOW}, {DB_NOW}) \
-             ON CONFLICT (id) DO UPDATE SET node = excluded.node, heartbeat = excluded.heartbeat"
+        let written = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO replicas (id, node, started, heartbeat, instance) \
+             VALUES ($1, $2, {DB_NOW}, {DB_NOW}, $3) \
+             ON CONFLICT (id) DO UPDATE SET node = excluded.node, \
+               heartbeat = excluded.heartbeat, instance = excluded.instance, \
+               started = CASE WHEN replicas.instance = excluded.instance \
+                 THEN replicas.started ELSE excluded.started END \
+             WHERE replicas.instance IS NULL OR replicas.instance = excluded.instance \
+               OR replicas.heartbeat <= {DB_NOW} - $4"
         )))
         .bind(replica)
         .bind(node)
+        .bind(instance)
+        .bind(super::HEARTBEAT_LIFETIME_MILLIS)
         .execute(&self.pool)
         .await
         .map_err(query_error("recording a heartbeat"))?;
-        Ok(())
+        Ok(written.rows_affected() == 1)
+    }
+
+    /// When `replica`'s heartbeat was last written (database clock), if it is known.
+    pub async fn replica_heartbeat(&self, replica: &str) -> Result<Option<i64>, StoreError> {
+        if self.backend != Backend::Postgres {
+            return Ok(None);
+        }
+        sqlx::query_scalar("SELECT heartbeat FROM replicas WHERE id = $1")
+            .bind(replica)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(query_error("reading a heartbeat"))
     }
 
     /// Removes `replica` from the replicas (it is stopping).

@@ -58,10 +58,14 @@ pub struct OutboxRecord {
     pub reason: Option<String>,
 }
 
-/// Where a sink stands.
+/// Where a sink stands: a position in the outbox, and what getting there cost.
+///
+/// A sink with several receiver URLs (Alertmanagers) has one position per URL, each
+/// under a name of its own, so that a receiver that is down holds back only itself.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, FromRow)]
 pub struct SinkRecord {
-    /// The sink's name in the notifications configuration.
+    /// The name of the position: the sink's name in the notifications configuration, or
+    /// a name the sender derives from it for one of its receiver URLs.
     pub name: String,
     /// The position of the last row it was sent.
     pub position: i64,
@@ -77,6 +81,27 @@ pub struct SinkRecord {
     pub last_attempt_at: Option<i64>,
     /// Rows delivered since it was first configured.
     pub delivered: i64,
+    /// Rows passed over undelivered (refused for good, or after too many attempts).
+    pub dead_letters: i64,
+    /// The event of the last row passed over undelivered.
+    pub last_dead_letter_event: Option<i64>,
+    /// Why it was passed over (no secret: the sender writes it).
+    pub last_dead_letter_error: Option<String>,
+}
+
+/// How a sink moved past a row ([`Store::sink_advanced`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Passed<'a> {
+    /// The receiver accepted it.
+    Delivered,
+    /// The sink's filter leaves it out.
+    Filtered,
+    /// The receiver refused it for good, or too many times: it is not sent again, and
+    /// `error` says why.
+    DeadLettered {
+        /// Why, in the sender's words (no secret).
+        error: &'a str,
+    },
 }
 
 /// Writes the notification of event `event_id` when `kind` is notified: called in the
@@ -190,7 +215,7 @@ const OUTBOX_COLUMNS: &str =
     "event_id, position, at, kind, cluster_name, labels, payload, reason_class, reason";
 
 const SINK_COLUMNS: &str = "name, position, event_id, attempts, failing_since, last_error, \
-     last_attempt_at, delivered";
+     last_attempt_at, delivered, dead_letters, last_dead_letter_event, last_dead_letter_error";
 
 /// The condition that `holder` still holds `sink`'s lease, on PostgreSQL (`$LEASE` and
 /// `$HOLDER` are the given parameter numbers); nothing on SQLite, where one engine holds
@@ -206,22 +231,40 @@ fn lease_held(backend: Backend, lease: usize, holder: usize) -> String {
 }
 
 impl Store {
-    /// Adds `sink` at the end of the outbox, unless it is known already; answers where it
-    /// stands. A new sink is sent what happens from now on, not the past.
-    pub async fn register_sink(&self, sink: &str) -> Result<SinkRecord, StoreError> {
+    /// Adds `sink` unless it is known already, and answers where it stands. A new sink
+    /// starts where the known position `from` stands, if given and known (a position
+    /// split in several, or renamed, goes on from where it was); otherwise at the end of
+    /// the outbox: it is sent what happens from now on, not the past.
+    pub async fn register_sink(
+        &self,
+        sink: &str,
+        from: Option<&str>,
+    ) -> Result<SinkRecord, StoreError> {
         let mut tx = self.begin_write().await?;
-        sqlx::query(
+        let inherited = sqlx::query(
             "INSERT INTO notify_sinks (name, position, event_id) \
-             SELECT $1, COALESCE(MAX(position), 0), \
-               COALESCE(MAX(event_id), 0) FROM outbox \
-             WHERE position IS NOT NULL \
-               AND position = (SELECT MAX(position) FROM outbox) \
+             SELECT $1, position, event_id FROM notify_sinks WHERE name = $2 \
              ON CONFLICT (name) DO NOTHING",
         )
         .bind(sink)
+        .bind(from.unwrap_or(""))
         .execute(&mut *tx)
         .await
         .map_err(query_error("registering a notification sink"))?;
+        if inherited.rows_affected() == 0 {
+            sqlx::query(
+                "INSERT INTO notify_sinks (name, position, event_id) \
+                 SELECT $1, COALESCE(MAX(position), 0), \
+                   COALESCE(MAX(event_id), 0) FROM outbox \
+                 WHERE position IS NOT NULL \
+                   AND position = (SELECT MAX(position) FROM outbox) \
+                 ON CONFLICT (name) DO NOTHING",
+            )
+            .bind(sink)
+            .execute(&mut *tx)
+            .await
+            .map_err(query_error("registering a notification sink"))?;
+        }
         let record = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT {SINK_COLUMNS} FROM notify_sinks WHERE name = $1"
         )))
@@ -293,23 +336,37 @@ impl Store {
         .map_err(query_error("counting the outbox"))
     }
 
-    /// Moves `sink` past `row`, which it was sent (`delivered`) or which its filter
-    /// leaves out, and clears its failures. Answers `false`, moving nothing, when the
-    /// sink is not just before `row` any more or (with replicas) `holder` no longer holds
-    /// the sink's lease: then another sender has it, and sends `row` itself.
+    /// Moves `sink` past `row` (`how`: sent, left out by its filter, or given up on),
+    /// and starts counting attempts afresh; whether it is failing is cleared too, unless
+    /// the row was given up on (the receiver may still be down). Answers `false`, moving nothing, when the sink is not
+    /// just before `row` any more or (with replicas) `holder` no longer holds `lease`:
+    /// then another sender has it, and sends `row` itself.
     pub async fn sink_advanced(
         &self,
         sink: &str,
+        lease: &str,
         row: &OutboxRecord,
-        delivered: bool,
+        how: Passed<'_>,
         holder: &str,
         now: Timestamp,
     ) -> Result<bool, StoreError> {
-        let fence = lease_held(self.backend, 6, 7);
+        let fence = lease_held(self.backend, 8, 9);
+        let (delivered, dead_letter) = match how {
+            Passed::Delivered => (1_i64, None),
+            Passed::Filtered => (0, None),
+            Passed::DeadLettered { error } => (0, Some(error)),
+        };
         let query = sqlx::query(sqlx::AssertSqlSafe(format!(
             "UPDATE notify_sinks SET position = $1, event_id = $2, attempts = 0, \
-               failing_since = NULL, last_error = NULL, last_attempt_at = $3, \
-               delivered = delivered + $4 \
+               failing_since = CASE WHEN $6 IS NULL THEN NULL ELSE failing_since END, \
+               last_error = CASE WHEN $6 IS NULL THEN NULL ELSE last_error END, \
+               last_attempt_at = $3, delivered = delivered + $4, \
+               dead_letters = dead_letters + CASE WHEN $6 IS NULL THEN 0 ELSE 1 END, \
+               last_dead_letter_event = CASE WHEN $6 IS NULL THEN last_dead_letter_event \
+                 ELSE $7 END, \
+               last_dead_letter_error = COALESCE($6, last_dead_letter_error), \
+               last_dead_letter_at = CASE WHEN $6 IS NULL THEN last_dead_letter_at \
+                 ELSE $3 END \
              WHERE name = $5 AND (position, event_id) < ($1, $2) \
                AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.position IS NOT NULL \
                  AND (o.position, o.event_id) > (notify_sinks.position, notify_sinks.event_id) \
@@ -318,11 +375,13 @@ impl Store {
         .bind(row.position)
         .bind(row.event_id)
         .bind(now.0)
-        .bind(i64::from(delivered))
-        .bind(sink);
+        .bind(delivered)
+        .bind(sink)
+        .bind(dead_letter)
+        .bind(row.event_id);
         let query = match self.backend {
             Backend::Sqlite => query,
-            Backend::Postgres => query.bind(sink_lease(sink)).bind(holder),
+            Backend::Postgres => query.bind(lease).bind(holder),
         };
         let moved = query
             .execute(&self.pool)

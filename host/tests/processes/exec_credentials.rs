@@ -1190,6 +1190,10 @@ async fn a_command_that_fails_hangs_or_prints_something_unusable_is_exec_credent
         !fail.contains("second line"),
         "only the first line of standard error: {fail}"
     );
+    assert!(
+        fail.contains("token=[redacted]") && !fail.contains("exec-kit-stderr-secret"),
+        "what looks like a secret in standard error is redacted: {fail}"
+    );
     for (name, ran) in [
         ("hang", true),
         ("huge", true),

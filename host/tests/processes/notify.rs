@@ -123,7 +123,11 @@ impl Receiver {
     fn accepted(&self) -> Vec<Value> {
         self.requests()
             .into_iter()
-            .filter(|r| r.get("invalid").is_none() && r.get("refused").is_none())
+            .filter(|r| {
+                r.get("invalid").is_none()
+                    && r.get("refused").is_none()
+                    && r.get("rejected").is_none()
+            })
             .collect()
     }
 
@@ -135,6 +139,21 @@ impl Receiver {
             let _ = std::fs::remove_file(path);
         }
     }
+}
+
+/// The receiver's secret in a file of `dir` that only its owner may read, as vigil
+/// requires of a secret file.
+fn secret_file(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let path = dir.join("webhook.secret");
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .unwrap();
+    std::io::Write::write_all(&mut file, format!("{SECRET}\n").as_bytes()).unwrap();
+    path
 }
 
 /// `(type, cluster, from→to)` of a notification.
@@ -260,8 +279,7 @@ async fn outages_and_recoveries_reach_a_signed_webhook_once_in_order_across_fail
         .iter()
         .map(|c| c.name().to_owned())
         .collect();
-    let secret_file = dir.path().join("webhook.secret");
-    std::fs::write(&secret_file, format!("{SECRET}\n")).unwrap();
+    let secret_file = secret_file(dir.path());
     let notify = dir.path().join("notify.toml");
     let config = format!(
         "[delivery]\nfailing_after = 3\nmax_backoff = \"2s\"\n\n\
@@ -577,7 +595,10 @@ async fn an_offline_cluster_fires_in_alertmanager_past_its_resolve_timeout_and_r
     std::fs::write(
         &notify,
         format!(
-            "[[alertmanager]]\nname = \"alerts\"\nurls = [\"http://{}\"]\nrepeat_interval = \"2s\"\n",
+            // An alert ends four intervals, or the longest wait between attempts and two
+            // intervals, ahead: here 8 s, so that its first expiry is soon past.
+            "[delivery]\nmax_backoff = \"2s\"\n\n\
+             [[alertmanager]]\nname = \"alerts\"\nurls = [\"http://{}\"]\nrepeat_interval = \"2s\"\n",
             alertmanager.address
         ),
     )
@@ -643,6 +664,264 @@ async fn an_offline_cluster_fires_in_alertmanager_past_its_resolve_timeout_and_r
     assert!(server.wait_exit(Duration::from_secs(20)).success());
 }
 
+/// An Alertmanager sink with two URLs, one dead (nothing listens): the live one gets every
+/// outage within its repeat interval, and each alert stays active there for as long as its
+/// cluster is OFFLINE — past the first `endsAt` and Alertmanager's `resolve_timeout` —
+/// although the dead URL's attempts back off far longer (`max_backoff` 5 minutes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_alertmanager_url_never_holds_back_the_live_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let alertmanager = Alertmanager::start(dir.path());
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let (fleet, kubeconfigs) = fleet_of(3, dir.path()).await;
+    let names: Vec<String> = fleet
+        .clusters()
+        .iter()
+        .map(|c| c.name().to_owned())
+        .collect();
+    let notify = dir.path().join("notify.toml");
+    std::fs::write(
+        &notify,
+        format!(
+            "[delivery]\nfailing_after = 2\nmax_backoff = \"5m\"\n\n\
+             [[alertmanager]]\nname = \"alerts\"\n\
+             urls = [\"http://{dead}\", \"http://{}\"]\nrepeat_interval = \"2s\"\ntimeout = \"2s\"\n",
+            alertmanager.address
+        ),
+    )
+    .unwrap();
+    let mut setup = Setup::new(dir, kubeconfigs, notify);
+    let mut server = setup.serve().await;
+    let api = server.api();
+    let store = setup.store().await;
+    all_online(&store, 3, &setup.log).await;
+    let firing = |name: &str| {
+        alertmanager
+            .active()
+            .iter()
+            .any(|alert| alert["labels"]["cluster"] == name)
+    };
+
+    // One outage, then another: each reaches the live Alertmanager, although the dead
+    // URL is still being retried for the first.
+    fleet.get(0).unwrap().refuse().await.unwrap();
+    wait_until("the first alert firing", &setup.log, async || {
+        firing(&names[0])
+    })
+    .await;
+    wait_until("the dead URL failing in /readyz", &setup.log, async || {
+        let ready: Value = serde_json::from_str(&http_get(api, "/readyz")).unwrap();
+        ready["notifications"]["sinks"][0]["failing"] == true
+    })
+    .await;
+    let ready: Value = serde_json::from_str(&http_get(api, "/readyz")).unwrap();
+    let error = ready["notifications"]["sinks"][0]["last_error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        error.contains(&format!("http://{dead}"))
+            && !error.contains(&alertmanager.address.to_string()),
+        "the dead URL, and only it, named: {ready}"
+    );
+    assert_eq!(
+        ready["ready"], true,
+        "a failing sink does not make vigil unready"
+    );
+    fleet.get(1).unwrap().refuse().await.unwrap();
+    let second_down = Instant::now();
+    wait_until("the second alert firing", &setup.log, async || {
+        firing(&names[1])
+    })
+    .await;
+    assert!(
+        second_down.elapsed() < Duration::from_secs(60),
+        "the second outage reached the live Alertmanager {:?} after the cluster was refused",
+        second_down.elapsed()
+    );
+
+    // Each alert ends later than the longest wait between two attempts (5 minutes), so a
+    // notification being retried never lets it resolve; and both stay active while their
+    // clusters are OFFLINE: watched until Alertmanager was sent them again past twice its
+    // resolve_timeout, never resolved in between.
+    let first = alertmanager.active();
+    for alert in &first {
+        let ends = at(alert["endsAt"].as_str().unwrap());
+        let updated = at(alert["updatedAt"].as_str().unwrap());
+        assert!(
+            ends.duration_since(updated).unwrap() > Duration::from_secs(300),
+            "{alert}"
+        );
+    }
+    let expired = first
+        .iter()
+        .map(|alert| at(alert["updatedAt"].as_str().unwrap()) + Duration::from_secs(2 * 5))
+        .max()
+        .unwrap();
+    wait_until(
+        "both alerts received again past their first expiry, active throughout",
+        &setup.log,
+        async || {
+            let active = alertmanager.active();
+            for name in &names[..2] {
+                assert!(
+                    active
+                        .iter()
+                        .any(|alert| alert["labels"]["cluster"] == name.as_str()),
+                    "{name}'s alert resolved while the cluster is OFFLINE: {active:?}"
+                );
+            }
+            active.iter().all(|alert| {
+                alert["updatedAt"]
+                    .as_str()
+                    .is_some_and(|updated| at(updated) > expired)
+            })
+        },
+    )
+    .await;
+    for alert in alertmanager.active() {
+        assert!(
+            at(alert["endsAt"].as_str().unwrap()) >= at(alert["startsAt"].as_str().unwrap()),
+            "{alert}"
+        );
+    }
+
+    fleet.get(0).unwrap().come_back().await.unwrap();
+    fleet.get(1).unwrap().come_back().await.unwrap();
+    wait_until("both alerts resolved", &setup.log, async || {
+        alertmanager.active().is_empty()
+    })
+    .await;
+    server.signal("TERM");
+    assert!(server.wait_exit(Duration::from_secs(20)).success());
+}
+
+/// A webhook receiver that cannot take one payload (400), then one that refuses every
+/// attempt for a while (503): each of those notifications is passed over — a dead letter,
+/// counted in `/readyz` and `/metrics` — and the ones after it arrive; vigil stays ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_notification_is_dead_lettered_and_the_later_ones_arrive() {
+    let dir = tempfile::tempdir().unwrap();
+    let receiver = Receiver::start(dir.path());
+    // Four of ten go down, one after the other: too few for the mass-failure brake.
+    let (fleet, kubeconfigs) = fleet_of(10, dir.path()).await;
+    let names: Vec<String> = fleet
+        .clusters()
+        .iter()
+        .map(|c| c.name().to_owned())
+        .collect();
+    let secret_file = secret_file(dir.path());
+    let notify = dir.path().join("notify.toml");
+    std::fs::write(
+        &notify,
+        format!(
+            "[delivery]\nfailing_after = 2\nmax_backoff = \"1s\"\ndead_letter_after = 3\n\n\
+             [[webhook]]\nname = \"ops\"\nurl = \"http://127.0.0.1:{}/hook\"\n\
+             secret_file = \"{}\"\ntimeout = \"3s\"\nevents = [\"status-changed\"]\n",
+            receiver.port,
+            secret_file.display()
+        ),
+    )
+    .unwrap();
+    let mut setup = Setup::new(dir, kubeconfigs, notify);
+    let mut server = setup.serve().await;
+    let api = server.api();
+    let store = setup.store().await;
+    all_online(&store, 10, &setup.log).await;
+    let arrived = |name: &str| {
+        let wanted = format!("status-changed {name} ONLINE->OFFLINE");
+        receiver.accepted().iter().any(|r| summary(r) == wanted)
+    };
+    let sink = || -> Value {
+        let ready: Value = serde_json::from_str(&http_get(api, "/readyz")).unwrap();
+        assert_eq!(
+            ready["ready"], true,
+            "a dead letter never makes vigil unready"
+        );
+        ready["notifications"]["sinks"][0].clone()
+    };
+
+    // The receiver cannot take the first cluster's notification: passed over at once.
+    std::fs::write(receiver.control.join("reject"), &names[0]).unwrap();
+    fleet.get(0).unwrap().refuse().await.unwrap();
+    wait_until(
+        "the refused notification dead-lettered",
+        &setup.log,
+        async || sink()["dead_letters"] == 1,
+    )
+    .await;
+    let last = sink()["last_dead_letter"].as_str().unwrap().to_owned();
+    assert!(
+        last.contains("refused for good") && last.contains("400"),
+        "{last}"
+    );
+    fleet.get(1).unwrap().refuse().await.unwrap();
+    wait_until("the next outage delivered", &setup.log, async || {
+        arrived(&names[1])
+    })
+    .await;
+    let rejected = |name: &str| {
+        receiver
+            .requests()
+            .iter()
+            .filter(|r| r.get("rejected").is_some() && summary(r).contains(name))
+            .count()
+    };
+    assert_eq!(rejected(&names[0]), 1, "a 400 is not tried again");
+    assert!(!arrived(&names[0]));
+
+    // The receiver refuses everything (503): three attempts, then passed over; once it
+    // accepts again, the next outage arrives.
+    receiver.set("fail", true);
+    fleet.get(2).unwrap().refuse().await.unwrap();
+    wait_until(
+        "the refused-again notification dead-lettered",
+        &setup.log,
+        async || sink()["dead_letters"] == 2,
+    )
+    .await;
+    let last = sink()["last_dead_letter"].as_str().unwrap().to_owned();
+    assert!(
+        last.contains("3 attempts failed") && last.contains("503"),
+        "{last}"
+    );
+    let attempts = receiver
+        .requests()
+        .iter()
+        .filter(|r| r.get("refused").is_some() && summary(r).contains(&names[2]))
+        .count();
+    assert_eq!(attempts, 3, "dead_letter_after attempts, then no more");
+    receiver.set("fail", false);
+    fleet.get(3).unwrap().refuse().await.unwrap();
+    wait_until("the outage after it delivered", &setup.log, async || {
+        arrived(&names[3])
+    })
+    .await;
+    let metrics = http_get(api, "/metrics");
+    let series = "vigil_notify_dead_letters_total{sink=\"ops\",kind=\"webhook\"} 2";
+    assert!(metrics.contains(series), "{series} not in\n{metrics}");
+
+    // The count is the database's: it survives a restart.
+    server.signal("TERM");
+    assert!(server.wait_exit(Duration::from_secs(20)).success());
+    let mut server = setup.serve().await;
+    let api = server.api();
+    wait_until(
+        "the dead letters known after a restart",
+        &setup.log,
+        async || {
+            let ready: Value = serde_json::from_str(&http_get(api, "/readyz")).unwrap();
+            ready["notifications"]["sinks"][0]["dead_letters"] == 2
+        },
+    )
+    .await;
+    server.signal("TERM");
+    assert!(server.wait_exit(Duration::from_secs(20)).success());
+}
+
 /// Two replicas on PostgreSQL: one sends the sink's notifications (it holds the sink's
 /// lease); killed with SIGKILL while the receiver holds a notification, the other takes
 /// the sink over once the lease lapses and sends that notification again, with the same id.
@@ -656,8 +935,7 @@ async fn with_replicas_one_sends_and_the_other_takes_over_a_killed_senders_notif
             .unwrap();
     let (fleet, kubeconfigs) = fleet_of(3, dir.path()).await;
     let down = fleet.clusters()[0].name().to_owned();
-    let secret_file = dir.path().join("webhook.secret");
-    std::fs::write(&secret_file, SECRET).unwrap();
+    let secret_file = secret_file(dir.path());
     let notify = dir.path().join("notify.toml");
     std::fs::write(
         &notify,
@@ -775,8 +1053,7 @@ async fn a_webhook_over_https_is_delivered_only_to_a_receiver_the_sink_trusts() 
     std::fs::write(&ca_file, ca.certificate_pem()).unwrap();
     let receiver = Receiver::start_with(dir.path(), Some((&cert, &key)));
     let (fleet, kubeconfigs) = fleet_of(2, dir.path()).await;
-    let secret_file = dir.path().join("webhook.secret");
-    std::fs::write(&secret_file, SECRET).unwrap();
+    let secret_file = secret_file(dir.path());
     let webhook = |name: &str, trust: &str| {
         format!(
             "[[webhook]]\nname = \"{name}\"\nurl = \"https://127.0.0.1:{}/hook\"\n\

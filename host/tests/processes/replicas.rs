@@ -72,7 +72,15 @@ impl Setup {
     }
 
     async fn start_in(&self, id: &str, network: Network) -> Replica {
-        let work = self.dir.join(id);
+        Replica {
+            id: id.to_owned(),
+            vigil: self.serve(id, id, network).start().await,
+        }
+    }
+
+    /// The command of replica `id`, working in the directory `work` of the setup's.
+    fn serve(&self, id: &str, work: &str, network: Network) -> process::Serve {
+        let work = self.dir.join(work);
         std::fs::create_dir_all(&work).unwrap();
         let mut serve = process::serve(&work)
             .log_file(work.join(format!("vigil-{}.log", now_ms())))
@@ -109,10 +117,7 @@ impl Setup {
                 ],
             );
         }
-        Replica {
-            id: id.to_owned(),
-            vigil: serve.start().await,
-        }
+        serve
     }
 }
 
@@ -377,6 +382,42 @@ async fn fleet_and_database(
             .await
             .unwrap();
     (dir, fleet, kubeconfigs, database)
+}
+
+/// A second process started with a replica id in use refuses to start (exit 2, naming
+/// `VIGIL_REPLICA_ID`) and leaves the first one alone; once the first stops, the id is
+/// free at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_process_with_a_replica_id_in_use_refuses_to_start() {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let (dir, _fleet, kubeconfigs, database) = fleet_and_database(2, 16).await;
+    let setup = Setup {
+        dir: dir.path().to_path_buf(),
+        kubeconfigs,
+        database_url: database.url.clone(),
+        interval: INTERVAL,
+        env: Vec::new(),
+    };
+    let first = setup.start("r1").await;
+    let mut second = setup.serve("r1", "r1-again", Network::Shared).spawn();
+    let status = second.wait_exit(Duration::from_secs(60));
+    let said = second.log();
+    assert_eq!(status.code(), Some(2), "{said}");
+    assert!(
+        said.contains("replica `r1`") && said.contains("VIGIL_REPLICA_ID"),
+        "{said}"
+    );
+    let ready = first.get("/readyz");
+    assert!(ready.contains("\"replica\":\"r1\""), "{ready}");
+    assert!(
+        !first.vigil.log().contains("another vigil process writes"),
+        "the first process kept its id: {}",
+        first.vigil.tail()
+    );
+    first.vigil.stop();
+    let again = setup.serve("r1", "r1-after", Network::Shared).start().await;
+    assert!(http_get(again.api(), "/readyz").contains("\"replica\":\"r1\""));
+    again.stop();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -157,22 +157,30 @@ impl CredentialsError {
     /// [`ReasonClass::Denied`]). `what` names what was read, e.g. `the client key file
     /// ./client.key`.
     pub fn probe_error(&self, what: &str) -> ProbeError {
+        // vigil's messages about a kubeconfig already start with it: said once.
+        let said = |message: &'_ str| -> String {
+            message
+                .strip_prefix(what)
+                .and_then(|rest| rest.strip_prefix(": "))
+                .unwrap_or(message)
+                .to_owned()
+        };
         match self {
             Self::Denied(message) => ProbeError::inconclusive(
                 ReasonClass::Denied,
-                format!("vigil refused to serve {what}: {message}"),
+                format!("vigil refused to serve {what}: {}", said(message)),
             ),
             Self::NotFound(message) => ProbeError::not_probeable(
                 ReasonClass::ReferenceBroken,
-                format!("{what} does not exist: {message}"),
+                format!("{what} does not exist: {}", said(message)),
             ),
             Self::Invalid(message) => ProbeError::not_probeable(
                 ReasonClass::ReferenceBroken,
-                format!("{what} is not usable: {message}"),
+                format!("{what} is not usable: {}", said(message)),
             ),
             Self::ExecCredentials(message) => ProbeError::not_probeable(
                 ReasonClass::ExecCredentials,
-                format!("{what}: {message}"),
+                format!("{what}: {}", said(message)),
             ),
         }
     }
@@ -181,6 +189,27 @@ impl CredentialsError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_message_that_names_the_kubeconfig_names_it_once() {
+        let what = "kubeconfig /k/a.yaml";
+        let error = CredentialsError::ExecCredentials(format!(
+            "{what}: user \"u\" of context \"c\": its exec command failed"
+        ))
+        .probe_error(what);
+        let ProbeError::NotProbeable(failure) = error else {
+            panic!("{error:?}")
+        };
+        assert_eq!(
+            failure.message,
+            "kubeconfig /k/a.yaml: user \"u\" of context \"c\": its exec command failed"
+        );
+        let other = CredentialsError::ExecCredentials("no command".to_owned()).probe_error(what);
+        let ProbeError::NotProbeable(failure) = other else {
+            panic!("{other:?}")
+        };
+        assert_eq!(failure.message, "kubeconfig /k/a.yaml: no command");
+    }
 
     #[test]
     fn denied_reads_are_inconclusive_and_missing_ones_break_the_reference() {

@@ -16,7 +16,7 @@ test('a failing notification sink shows on the page, its secret never', { timeou
   const port = await freePort();
   const env = (work) => {
     const secret = path.join(work, 'webhook.secret');
-    fs.writeFileSync(secret, SECRET);
+    fs.writeFileSync(secret, SECRET, { mode: 0o600 });
     const config = path.join(work, 'notify.toml');
     fs.writeFileSync(config, [
       '[delivery]', 'failing_after = 2', 'max_backoff = "1s"', '',

@@ -840,8 +840,11 @@ async fn claims_fence_results_and_leave_a_counted_failure_to_another_replica() {
     for name in ["a", "b", "c"] {
         register(store, name).await;
     }
-    store.heartbeat("r1", None).await.unwrap();
-    store.heartbeat("r2", None).await.unwrap();
+    assert!(store.heartbeat("r1", "i1", None).await.unwrap());
+    assert!(store.heartbeat("r2", "i2", None).await.unwrap());
+    // Another process with r1's id while r1 is alive: refused, r1 untouched.
+    assert!(!store.heartbeat("r1", "i3", None).await.unwrap());
+    assert!(store.heartbeat("r1", "i1", None).await.unwrap());
     // Registered clusters are due at once (at t(0), long past on the database's clock).
     let first = store
         .claim_due("r1", &[], 2, lease, no_timeout)
@@ -964,7 +967,7 @@ async fn a_second_opinion_comes_from_another_node() {
     };
     let id = register(store, "c").await;
     for (replica, node) in [("r1", "n1"), ("r2", "n1"), ("r3", "n2")] {
-        store.heartbeat(replica, Some(node)).await.unwrap();
+        assert!(store.heartbeat(replica, replica, Some(node)).await.unwrap());
     }
     let probe_by = async |replica: &str, outcome: ProbeOutcome| {
         let claim = store

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use vigil_decision::{AppStatus, ProbeOutcome};
-use vigil_store::outbox::{OutboxRecord, sink_lease};
+use vigil_store::outbox::{OutboxRecord, Passed, sink_lease};
 use vigil_store::{Backend, ClusterPatch, Store};
 
 use super::backends::{Fresh, probe, refused, register, t, take_down};
@@ -43,7 +43,7 @@ async fn brake_changes_and_plugin_rollbacks_are_notified_postgres() {
 /// OFFLINE) and a plugin generation rolled back are notified; a promotion is not.
 async fn brake_changes_and_plugin_rollbacks_are_notified(db: Fresh) {
     let store = &db.store;
-    store.register_sink("hook").await.unwrap();
+    store.register_sink("hook", None).await.unwrap();
     let mut ids = Vec::new();
     for i in 0..5 {
         let id = register(store, &format!("c{i}")).await;
@@ -99,7 +99,7 @@ async fn pending(store: &Store, sink: &str) -> Vec<OutboxRecord> {
 
 async fn outbox_rows_follow_their_changes_and_sinks_move_one_row_at_a_time(db: Fresh) {
     let store = &db.store;
-    let hook = store.register_sink("hook").await.unwrap();
+    let hook = store.register_sink("hook", None).await.unwrap();
     assert_eq!((hook.attempts, hook.delivered), (0, 0));
 
     let id = register(store, "c").await;
@@ -175,7 +175,14 @@ async fn outbox_rows_follow_their_changes_and_sinks_move_one_row_at_a_time(db: F
     if store.backend() == Backend::Postgres {
         assert!(
             !store
-                .sink_advanced("hook", &rows[0], true, "r1", t(200))
+                .sink_advanced(
+                    "hook",
+                    &sink_lease("hook"),
+                    &rows[0],
+                    Passed::Delivered,
+                    "r1",
+                    t(200)
+                )
                 .await
                 .unwrap(),
             "no lease, no move"
@@ -195,19 +202,40 @@ async fn outbox_rows_follow_their_changes_and_sinks_move_one_row_at_a_time(db: F
     // One row at a time, in order: not past a row it was not sent, not twice.
     assert!(
         !store
-            .sink_advanced("hook", &rows[1], true, "r1", t(200))
+            .sink_advanced(
+                "hook",
+                &sink_lease("hook"),
+                &rows[1],
+                Passed::Delivered,
+                "r1",
+                t(200)
+            )
             .await
             .unwrap()
     );
     assert!(
         store
-            .sink_advanced("hook", &rows[0], true, "r1", t(200))
+            .sink_advanced(
+                "hook",
+                &sink_lease("hook"),
+                &rows[0],
+                Passed::Delivered,
+                "r1",
+                t(200)
+            )
             .await
             .unwrap()
     );
     assert!(
         !store
-            .sink_advanced("hook", &rows[0], true, "r1", t(200))
+            .sink_advanced(
+                "hook",
+                &sink_lease("hook"),
+                &rows[0],
+                Passed::Delivered,
+                "r1",
+                t(200)
+            )
             .await
             .unwrap()
     );
@@ -229,7 +257,14 @@ async fn outbox_rows_follow_their_changes_and_sinks_move_one_row_at_a_time(db: F
     if store.backend() == Backend::Postgres {
         assert!(
             !store
-                .sink_advanced("hook", &rows[1], true, "r2", t(210))
+                .sink_advanced(
+                    "hook",
+                    &sink_lease("hook"),
+                    &rows[1],
+                    Passed::Delivered,
+                    "r2",
+                    t(210)
+                )
                 .await
                 .unwrap(),
             "a replica without the lease moves nothing"
@@ -237,7 +272,14 @@ async fn outbox_rows_follow_their_changes_and_sinks_move_one_row_at_a_time(db: F
     }
     assert!(
         store
-            .sink_advanced("hook", &rows[1], true, "r1", t(210))
+            .sink_advanced(
+                "hook",
+                &sink_lease("hook"),
+                &rows[1],
+                Passed::Delivered,
+                "r1",
+                t(210)
+            )
             .await
             .unwrap()
     );
@@ -255,7 +297,7 @@ async fn outbox_rows_follow_their_changes_and_sinks_move_one_row_at_a_time(db: F
 
     // A sink configured later is sent what happens from then on.
     assert_eq!(
-        store.register_sink("late").await.unwrap().event_id,
+        store.register_sink("late", None).await.unwrap().event_id,
         rows[2].event_id
     );
     assert!(pending(store, "late").await.is_empty());
@@ -265,7 +307,14 @@ async fn outbox_rows_follow_their_changes_and_sinks_move_one_row_at_a_time(db: F
     assert_eq!(pending(store, "hook").await, rows[2..]);
     assert!(
         store
-            .sink_advanced("hook", &rows[2], false, "r1", t(220))
+            .sink_advanced(
+                "hook",
+                &sink_lease("hook"),
+                &rows[2],
+                Passed::Filtered,
+                "r1",
+                t(220)
+            )
             .await
             .unwrap()
     );
@@ -288,4 +337,82 @@ async fn outbox_rows_follow_their_changes_and_sinks_move_one_row_at_a_time(db: F
         .collect();
     assert_eq!(kinds, ["status-changed", "apps-restored"]);
     assert!(store.open_outages().await.unwrap().is_empty());
+
+    // A position split in several (a sink given a second receiver URL) goes on from where
+    // the sink's was, and each part moves on its own.
+    let split = store.register_sink("hook#2", Some("hook")).await.unwrap();
+    assert_eq!(split.event_id, rows[2].event_id);
+    let rows = pending(store, "hook#2").await;
+    assert_eq!(rows, pending(store, "hook").await);
+
+    // A notification given up on: passed over, counted with its event and why; the
+    // position's failing state stays until one is delivered.
+    for attempt in 1..=3 {
+        store
+            .sink_failed("hook#2", "the receiver answered 503", 2, t(400 + attempt))
+            .await
+            .unwrap();
+    }
+    assert!(
+        store
+            .sink_advanced(
+                "hook#2",
+                &sink_lease("hook"),
+                &rows[0],
+                Passed::DeadLettered {
+                    error: "3 attempts failed, the last: the receiver answered 503"
+                },
+                "r1",
+                t(410),
+            )
+            .await
+            .unwrap()
+    );
+    let split = store.register_sink("hook#2", Some("hook")).await.unwrap();
+    assert_eq!(
+        (
+            split.event_id,
+            split.attempts,
+            split.failing_since.is_some(),
+            split.delivered,
+            split.dead_letters,
+            split.last_dead_letter_event,
+            split.last_dead_letter_error.as_deref(),
+        ),
+        (
+            rows[0].event_id,
+            0,
+            true,
+            0,
+            1,
+            Some(rows[0].event_id),
+            Some("3 attempts failed, the last: the receiver answered 503"),
+        ),
+        "{split:?}"
+    );
+    assert_eq!(pending(store, "hook#2").await, rows[1..]);
+    assert_eq!(
+        pending(store, "hook").await,
+        rows,
+        "the other part did not move"
+    );
+    assert!(
+        store
+            .sink_advanced(
+                "hook#2",
+                &sink_lease("hook"),
+                &rows[1],
+                Passed::Delivered,
+                "r1",
+                t(420)
+            )
+            .await
+            .unwrap()
+    );
+    let split = store.register_sink("hook#2", None).await.unwrap();
+    assert_eq!(
+        (split.failing_since, split.last_error, split.dead_letters),
+        (None, None, 1),
+        "a delivery ends the failure; the dead letters stay counted"
+    );
 }
